@@ -1,0 +1,1 @@
+"""Domain-free Trio building blocks. Nothing in this package imports hypertrain."""
