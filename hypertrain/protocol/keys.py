@@ -1,0 +1,137 @@
+"""ed25519 keys (pynacl), their SS58 addresses, and seed files on disk.
+
+A seed file holds the 32-byte ed25519 seed either raw (32 bytes) or as 64 hex chars; ASCII
+whitespace around the content is stripped first. It must be a regular file (not a symlink,
+directory or fifo), owned by the current user, with no group or other permission bits
+(``mode & 0o077 == 0``). Anything else is refused with :class:`KeyfileError` before a byte of it
+is used, so a leaked or shared key is never silently accepted.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import nacl.exceptions
+import nacl.signing
+
+from hypertrain.protocol.errors import KeyfileError
+from hypertrain.protocol.ss58 import ss58_encode
+
+__all__ = ["Keypair", "load_keypair", "load_seed", "verify_signature", "write_seed_file"]
+
+_MAX_SEED_FILE = 4096
+_WHITESPACE = b" \t\n\r\x0b\x0c"
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+class Keypair:
+    """An ed25519 signing key; ``ss58`` is its address and the signer name on the wire."""
+
+    __slots__ = ("_signing", "public_key", "ss58")
+
+    def __init__(self, signing_key: nacl.signing.SigningKey) -> None:
+        self._signing = signing_key
+        self.public_key: bytes = bytes(signing_key.verify_key)
+        self.ss58: str = ss58_encode(self.public_key)
+
+    @classmethod
+    def from_seed(cls, seed: bytes) -> Keypair:
+        if len(seed) != 32:
+            raise KeyfileError(f"an ed25519 seed is 32 bytes, got {len(seed)}")
+        return cls(nacl.signing.SigningKey(bytes(seed)))
+
+    @classmethod
+    def generate(cls) -> Keypair:
+        return cls(nacl.signing.SigningKey.generate())
+
+    @property
+    def seed(self) -> bytes:
+        return bytes(self._signing)
+
+    @property
+    def public_hex(self) -> str:
+        return self.public_key.hex()
+
+    def sign(self, message: bytes) -> bytes:
+        """The 64-byte detached signature of ``message``."""
+        return bytes(self._signing.sign(message).signature)
+
+    def __repr__(self) -> str:
+        return f"Keypair({self.ss58})"
+
+
+def verify_signature(public_key: bytes, message: bytes, signature: bytes) -> bool:
+    """True iff ``signature`` is a valid ed25519 signature of ``message`` by ``public_key``."""
+    if len(public_key) != 32 or len(signature) != 64:
+        return False
+    try:
+        nacl.signing.VerifyKey(bytes(public_key)).verify(message, bytes(signature))
+    except (nacl.exceptions.BadSignatureError, nacl.exceptions.CryptoError, ValueError):
+        return False
+    return True
+
+
+def load_seed(path: str | os.PathLike[str]) -> bytes:
+    """Read a seed file, refusing unsafe or malformed ones (see the module docstring)."""
+    path = Path(path)
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise KeyfileError(f"{path}: no such key file") from None
+    except OSError as e:
+        if path.is_symlink():
+            raise KeyfileError(f"{path}: is a symlink; point at the key file itself") from None
+        raise KeyfileError(f"{path}: cannot open key file ({e.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise KeyfileError(f"{path}: not a regular file")
+        if st.st_uid != os.getuid():
+            raise KeyfileError(f"{path}: owned by uid {st.st_uid}, not by you ({os.getuid()})")
+        if st.st_mode & 0o077:
+            raise KeyfileError(
+                f"{path}: mode {stat.S_IMODE(st.st_mode):04o} lets others read it; "
+                f"run chmod 600 {path}"
+            )
+        if st.st_size > _MAX_SEED_FILE:
+            raise KeyfileError(f"{path}: {st.st_size} bytes is too large for a key file")
+        content = os.read(fd, _MAX_SEED_FILE + 1)
+    finally:
+        os.close(fd)
+    if len(content) == 32:
+        return content
+    stripped = content.strip(_WHITESPACE)
+    if len(stripped) == 64 and all(c in _HEX for c in stripped):
+        return bytes.fromhex(stripped.decode("ascii"))
+    raise KeyfileError(f"{path}: expected 32 raw bytes or 64 hex chars, found {len(content)} bytes")
+
+
+def load_keypair(path: str | os.PathLike[str]) -> Keypair:
+    """The keypair of a seed file (see :func:`load_seed`)."""
+    return Keypair.from_seed(load_seed(path))
+
+
+def write_seed_file(path: str | os.PathLike[str], seed: bytes) -> None:
+    """Create ``path`` (mode 0600, never overwriting) holding the seed as 64 hex chars."""
+    if len(seed) != 32:
+        raise KeyfileError(f"an ed25519 seed is 32 bytes, got {len(seed)}")
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError:
+        raise KeyfileError(f"{path}: already exists; refusing to overwrite a key") from None
+    except OSError as e:
+        raise KeyfileError(f"{path}: cannot create key file ({e.strerror})") from None
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, seed.hex().encode("ascii") + b"\n")
+        os.fsync(fd)
+    except OSError as e:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+        raise KeyfileError(f"{path}: cannot write key file ({e.strerror})") from None
+    os.close(fd)
