@@ -22,12 +22,13 @@ def f32_hex(x: float) -> str:
     """Encode a finite real as f32 hex; refuses NaN, infinities and values beyond float32."""
     if isinstance(x, bool) or not isinstance(x, int | float):
         raise Malformed(f"f32: expected a real number, got {type(x).__name__}")
-    if not math.isfinite(x):
-        raise Malformed(f"f32: {x!r} is not finite")
     try:
-        packed = struct.pack("<f", x)
-    except OverflowError:
-        raise Malformed(f"f32: {x!r} is beyond the float32 range") from None
+        finite = math.isfinite(x)
+        packed = struct.pack("<f", x) if finite else b""
+    except (OverflowError, struct.error):  # floats past FLT_MAX, ints beyond float or float32
+        raise Malformed(f"f32: {repr(x)[:40]} is beyond the float32 range") from None
+    if not finite:
+        raise Malformed(f"f32: {x!r} is not finite")
     return packed.hex()
 
 
