@@ -1,1 +1,80 @@
-"""Domain-free Trio building blocks. Nothing in this package imports hypertrain."""
+"""Domain-free Trio building blocks. Nothing in this package imports hypertrain.
+
+Services (``supervise``), time (``periodic``, the wall clocks), long polls (``KeyedWaiter``),
+shutdown (``open_supervisor``, ``cleanup_scope``), children (``run_process``) and serving
+(``serve_asgi``). Test helpers live in ``nurseries.testing``.
+"""
+
+from nurseries._cleanup import cleanup_scope
+from nurseries._clock import FixedClock, SystemClock, VirtualClock, WallClock
+from nurseries._periodic import Periodic, Tick, periodic
+from nurseries._process import REAP_TIMEOUT, Limits, ProcessResult, run_process
+from nurseries._serve import (
+    DEFAULT_BACKLOG,
+    DEFAULT_GRACEFUL_TIMEOUT,
+    DEFAULT_LIFESPAN_TIMEOUT,
+    ASGIApp,
+    make_config,
+    serve_asgi,
+)
+from nurseries._signals import (
+    DEFAULT_SHUTDOWN_SIGNALS,
+    Supervisor,
+    open_supervisor,
+    run_until_shutdown,
+)
+from nurseries._supervise import (
+    RestartMode,
+    RestartPolicy,
+    ServiceGaveUp,
+    ServiceReturned,
+    ServiceStatistics,
+    SupervisedService,
+    supervise,
+)
+from nurseries._waiter import (
+    KeyedWaiter,
+    KeyedWaiterStatistics,
+    Notified,
+    Stopping,
+    TimedOut,
+    WaitResult,
+)
+
+__all__ = [
+    "DEFAULT_BACKLOG",
+    "DEFAULT_GRACEFUL_TIMEOUT",
+    "DEFAULT_LIFESPAN_TIMEOUT",
+    "DEFAULT_SHUTDOWN_SIGNALS",
+    "REAP_TIMEOUT",
+    "ASGIApp",
+    "FixedClock",
+    "KeyedWaiter",
+    "KeyedWaiterStatistics",
+    "Limits",
+    "Notified",
+    "Periodic",
+    "ProcessResult",
+    "RestartMode",
+    "RestartPolicy",
+    "ServiceGaveUp",
+    "ServiceReturned",
+    "ServiceStatistics",
+    "Stopping",
+    "SupervisedService",
+    "Supervisor",
+    "SystemClock",
+    "Tick",
+    "TimedOut",
+    "VirtualClock",
+    "WaitResult",
+    "WallClock",
+    "cleanup_scope",
+    "make_config",
+    "open_supervisor",
+    "periodic",
+    "run_process",
+    "run_until_shutdown",
+    "serve_asgi",
+    "supervise",
+]
