@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,3 +30,14 @@ def test_nurseries_import_nothing_from_hypertrain() -> None:
 def test_top_level_layout() -> None:
     for name in ("hypertrain", "nurseries", "tests", "bin", "config", "docs", "pyproject.toml"):
         assert (ROOT / name).exists(), name
+
+
+@pytest.mark.parametrize(
+    "package", ["nurseries", "nurseries.testing", "hypertrain.store", "hypertrain.protocol"]
+)
+def test_public_surface_resolves(package: str) -> None:
+    module = importlib.import_module(package)
+    exported = module.__all__
+    assert len(set(exported)) == len(exported)
+    missing = [name for name in exported if not hasattr(module, name)]
+    assert missing == []

@@ -1,0 +1,106 @@
+"""Helpers shared by the command groups: one-line errors, input files, JSON output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, NoReturn, Protocol
+
+from hypertrain.protocol.errors import Malformed
+from hypertrain.protocol.jcs import MAX_SAFE_INT, parse_json
+from hypertrain.protocol.validators import is_hex64
+
+__all__ = [
+    "EXIT_INVALID",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "CliError",
+    "CliGroup",
+    "OneLineParser",
+    "Subparsers",
+    "fail",
+    "hex64_arg",
+    "positive_int_arg",
+    "print_json",
+    "read_input",
+    "read_json",
+]
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+
+Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
+
+
+class CliGroup(Protocol):
+    """A command group module: it registers its parsers on the top-level subparsers."""
+
+    def register(self, subparsers: Subparsers[Any]) -> None: ...
+
+
+class CliError(Exception):
+    """A user mistake reported as one line on stderr with exit status ``code``."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are a single line (exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def fail(message: str, code: int) -> int:
+    """Write ``hypertrain: message`` on stderr and return ``code``."""
+    sys.stderr.write(f"hypertrain: {' '.join(message.split())}\n")
+    return code
+
+
+def read_input(path: str) -> bytes:
+    """The bytes of file ``path``, or of stdin for ``-``; CliError (exit 2) when unreadable."""
+    if path == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise CliError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise CliError(f"{path}: is a directory") from None
+    except OSError as e:
+        raise CliError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def read_json(path: str) -> Any:
+    """Strictly parsed JSON of ``path`` (see :func:`read_input`); bad JSON exits 1."""
+    data = read_input(path)
+    try:
+        return parse_json(data)
+    except Malformed as e:
+        name = "stdin" if path == "-" else path
+        raise CliError(f"{name}: {e.detail}", EXIT_INVALID) from None
+
+
+def print_json(value: object) -> None:
+    """Write ``value`` as one line of JSON on stdout."""
+    sys.stdout.write(json.dumps(value, separators=(",", ":")) + "\n")
+
+
+def hex64_arg(value: str) -> str:
+    """argparse type: 64 lowercase hex chars."""
+    if not is_hex64(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not 64 lowercase hex chars")
+    return value
+
+
+def positive_int_arg(value: str) -> int:
+    """argparse type: a decimal int in [1, 2^53-1]."""
+    if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= MAX_SAFE_INT:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an int in [1, 2^53-1]")
+    return int(value)

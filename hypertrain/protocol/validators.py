@@ -1,0 +1,226 @@
+"""Field validators for the wire types (spec/protocol.md section 2.2).
+
+Each validator is an attrs validator (``attrs.field(validator=hex64)``) that raises
+:class:`FieldError` naming the attribute, so a body failing validation reports *which* field is
+wrong; the converter turns that into a :class:`~hypertrain.protocol.errors.SchemaError` with the
+full field path. The same rules are exposed as plain predicates (``is_hex64``...) for code that
+checks a loose value, such as the envelope's shape check.
+
+The building block is :class:`Check`, a predicate plus the reason given when it fails.
+:func:`list_of` lifts a check to a bounded tuple (the Python form of a JSON array), naming the
+failing index (``roster[3]``).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import re
+from collections.abc import Callable, Collection, Iterable
+from typing import Any, Final, get_args
+
+import attrs
+
+from hypertrain.protocol.errors import Malformed
+from hypertrain.protocol.f32 import is_f32_hex
+from hypertrain.protocol.jcs import MAX_SAFE_INT
+from hypertrain.protocol.ss58 import SS58_RE, ss58_decode
+
+__all__ = [
+    "HEX64_RE",
+    "IMAGE_DIGEST_RE",
+    "MAX_ITEMS",
+    "MAX_PROOF",
+    "SIG_HEX_RE",
+    "Check",
+    "FieldError",
+    "Validator",
+    "f32",
+    "hex64",
+    "image_digest",
+    "instance_of",
+    "int_in",
+    "is_hex64",
+    "is_image_digest",
+    "is_pos_int",
+    "is_sig_hex",
+    "is_ss58_address",
+    "is_u_int",
+    "list_of",
+    "one_of",
+    "one_of_literal",
+    "optional",
+    "pos_int",
+    "sig_hex",
+    "ss58",
+    "ss58_public_key",
+    "strict_bool",
+    "text",
+    "u_int",
+]
+
+HEX64_RE: Final = re.compile(r"[0-9a-f]{64}")
+SIG_HEX_RE: Final = re.compile(r"[0-9a-f]{128}")
+IMAGE_DIGEST_RE: Final = re.compile(r"sha256:[0-9a-f]{64}")
+
+MAX_ITEMS: Final = 4096
+"""Default upper bound on any array in a body (bodies are also capped at 1 MiB on intake)."""
+MAX_PROOF: Final = 64
+"""Longest Merkle proof (a tree of 2^64 leaves)."""
+
+Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
+
+
+class FieldError(ValueError):
+    """A field value refused by a validator; ``field`` is its name (``chunks[2]`` for an item)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def is_hex64(value: object) -> bool:
+    """64 lowercase hex chars (a sha256 digest, a run id)."""
+    return isinstance(value, str) and HEX64_RE.fullmatch(value) is not None
+
+
+def is_sig_hex(value: object) -> bool:
+    """128 lowercase hex chars (a 64-byte ed25519 signature)."""
+    return isinstance(value, str) and SIG_HEX_RE.fullmatch(value) is not None
+
+
+def is_image_digest(value: object) -> bool:
+    """``sha256:`` followed by 64 lowercase hex chars."""
+    return isinstance(value, str) and IMAGE_DIGEST_RE.fullmatch(value) is not None
+
+
+def is_u_int(value: object) -> bool:
+    """An int (never a bool) in ``[0, 2^53-1]``."""
+    return type(value) is int and 0 <= value <= MAX_SAFE_INT
+
+
+def is_pos_int(value: object) -> bool:
+    """An int (never a bool) in ``[1, 2^53-1]``."""
+    return type(value) is int and 1 <= value <= MAX_SAFE_INT
+
+
+@functools.lru_cache(maxsize=4096)
+def ss58_public_key(address: str) -> bytes:
+    """:func:`~hypertrain.protocol.ss58.ss58_decode` with a bounded cache (signers recur).
+
+    Raises Malformed like ``ss58_decode``; failures are not cached.
+    """
+    return ss58_decode(address)
+
+
+def is_ss58_address(value: object) -> bool:
+    """A prefix-42 SS58 address with a valid checksum (cached decode)."""
+    if not isinstance(value, str) or SS58_RE.fullmatch(value) is None:
+        return False
+    try:
+        ss58_public_key(value)
+    except Malformed:
+        return False
+    return True
+
+
+@attrs.frozen
+class Check:
+    """A predicate and the reason reported when it fails; usable as an attrs validator."""
+
+    test: Callable[[Any], bool]
+    reason: str
+
+    def __call__(self, _inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        self.check(attribute.name, value)
+
+    def check(self, name: str, value: object) -> None:
+        """Raise :class:`FieldError` for ``name`` unless ``value`` passes."""
+        if not self.test(value):
+            raise FieldError(name, f"{self.reason}, got {_show(value)}")
+
+
+hex64: Final = Check(is_hex64, "must be 64 lowercase hex chars")
+sig_hex: Final = Check(is_sig_hex, "must be 128 lowercase hex chars")
+image_digest: Final = Check(is_image_digest, "must be sha256: and 64 lowercase hex chars")
+ss58: Final = Check(is_ss58_address, "must be an SS58 address (prefix 42, valid checksum)")
+f32: Final = Check(is_f32_hex, "must be f32 hex (8 lowercase hex chars)")
+u_int: Final = Check(is_u_int, "must be an int in [0, 2^53-1]")
+pos_int: Final = Check(is_pos_int, "must be an int in [1, 2^53-1]")
+strict_bool: Final = Check(lambda v: type(v) is bool, "must be true or false")
+
+
+def int_in(low: int, high: int) -> Check:
+    """An int (never a bool) in ``[low, high]``."""
+    return Check(
+        lambda v: type(v) is int and low <= v <= high, f"must be an int in [{low}, {high}]"
+    )
+
+
+def text(max_len: int) -> Check:
+    """A string of at most ``max_len`` characters."""
+    return Check(
+        lambda v: isinstance(v, str) and len(v) <= max_len,
+        f"must be a string of <= {max_len} chars",
+    )
+
+
+def one_of(values: Collection[object]) -> Check:
+    """Exactly one of ``values`` (same type too, so ``True`` is not ``1``)."""
+    allowed = tuple(values)
+    shown = ", ".join(repr(v) for v in allowed)
+    return Check(
+        lambda v: any(type(v) is type(a) and v == a for a in allowed), f"must be one of {shown}"
+    )
+
+
+def one_of_literal(literal: Any) -> Check:
+    """:func:`one_of` the members of a ``typing.Literal``."""
+    return one_of(get_args(literal))
+
+
+def instance_of(cls: type) -> Check:
+    """An instance of ``cls`` (items of nested arrays are validated by their own class)."""
+    return Check(lambda v: isinstance(v, cls), f"must be a {cls.__name__}")
+
+
+def optional(check: Check) -> Check:
+    """``None`` or a value passing ``check``."""
+    return Check(lambda v: v is None or check.test(v), f"{check.reason} (or null)")
+
+
+def _ordered(items: Iterable[Any]) -> bool:
+    values = list(items)
+    return all(a < b for a, b in itertools.pairwise(values))
+
+
+def list_of(
+    item: Check,
+    *,
+    min_len: int = 0,
+    max_len: int = MAX_ITEMS,
+    unique: bool = False,
+    strictly_sorted: bool = False,
+) -> Validator:
+    """A bounded tuple whose items pass ``item``; failures name the index (``hashes[3]``)."""
+
+    def validate(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        name = attribute.name
+        if not isinstance(value, tuple):
+            raise FieldError(name, f"must be an array, got {_show(value)}")
+        if not min_len <= len(value) <= max_len:
+            raise FieldError(name, f"must hold {min_len}..{max_len} items, got {len(value)}")
+        for index, element in enumerate(value):
+            item.check(f"{name}[{index}]", element)
+        if unique and len(set(value)) != len(value):
+            raise FieldError(name, "items must be distinct")
+        if strictly_sorted and not _ordered(value):
+            raise FieldError(name, "items must be sorted ascending and distinct")
+
+    return validate
