@@ -1,0 +1,1 @@
+"""The drand beacon: hypertrain's only clock and its source of unbiasable randomness."""
