@@ -33,9 +33,9 @@ a worker thread looks idle to the autojump clock, which then leaps (it refuses s
 
 from __future__ import annotations
 
+import logging
 import math
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager, closing
 from importlib.resources.abc import Traversable
@@ -48,6 +48,7 @@ import trio.testing
 
 from hypertrain.store.errors import StoreError
 from hypertrain.store.migrations import apply_migrations, default_migrations, load_migrations
+from nurseries import SystemClock, WallClock, periodic
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -56,7 +57,6 @@ __all__ = [
     "Database",
     "DatabaseStatistics",
     "Mode",
-    "next_tick",
     "open_database",
 ]
 
@@ -70,6 +70,8 @@ Mode = Literal["inline", "thread"]
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 Fn = Callable[[sqlite3.Connection, *Ts], T]
+
+logger = logging.getLogger(__name__)
 
 
 @attrs.frozen
@@ -96,14 +98,6 @@ class DatabaseStatistics:
     last_checkpoint: CheckpointResult | None
 
 
-def next_tick(start: float, interval: float, now: float) -> int:
-    """The index ``k`` of the first tick ``start + k * interval`` strictly after ``now``.
-
-    Used to skip ahead after a late tick instead of running a burst of missed ones.
-    """
-    return max(1, math.floor((now - start) / interval) + 1)
-
-
 class Database:
     """One SQLite database behind the read/write runner; build it with :func:`open_database`."""
 
@@ -117,7 +111,7 @@ class Database:
         schema_version: int,
         busy_timeout: float,
         checkpoint_interval: float | None,
-        wall_clock: Callable[[], float],
+        wall_clock: WallClock,
     ) -> None:
         self._path = path
         self._mode: Mode = mode
@@ -197,12 +191,10 @@ class Database:
             await trio.sleep_forever()
         _refuse_autojump_clock()
         task_status.started(interval)
-        start = trio.current_time()
-        tick = 1
-        while True:
-            await trio.sleep_until(start + tick * interval)
+        async for tick in periodic(interval, start=trio.current_time() + interval):
+            if tick.missed:
+                logger.info("checkpointer ran late: skipped %d tick(s)", tick.missed)
             await self.checkpoint()
-            tick = next_tick(start, interval, trio.current_time())
 
     def statistics(self) -> DatabaseStatistics:
         """Counts since open, the schema version and the latest checkpoint result."""
@@ -255,7 +247,7 @@ class Database:
             self._checkpoint_conn = _connect(self._path, self._busy_timeout, threaded=True)
         busy, log, done = self._checkpoint_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         return CheckpointResult(
-            busy=bool(busy), wal_frames=log, checkpointed_frames=done, at=self._wall_clock()
+            busy=bool(busy), wal_frames=log, checkpointed_frames=done, at=self._wall_clock.now()
         )
 
     def _check_open(self) -> None:
@@ -277,13 +269,14 @@ async def open_database(
     checkpoint_interval: float | None = DEFAULT_CHECKPOINT_INTERVAL,
     busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
     migrations: Traversable | None = None,
-    wall_clock: Callable[[], float] = time.time,
+    wall_clock: WallClock | None = None,
 ) -> AsyncIterator[Database]:
     """Open (creating if needed) and migrate the database at ``path``; close it on exit.
 
     ``migrations`` is the folder of ``NNNN_name.sql`` files (default: the package's own);
-    ``wall_clock`` gives unix seconds for ``applied_at`` and checkpoint records. Opening and
-    migrating run on the calling thread in both modes (once, at start). Raises
+    ``wall_clock`` (default: the system clock) gives unix seconds for ``applied_at`` and
+    checkpoint records. Opening and migrating run on the calling thread in both modes (once, at
+    start). Raises
     :class:`~hypertrain.store.errors.MigrationError` (or ``SchemaTooNew``) and
     :class:`~hypertrain.store.errors.StoreError` when the file cannot be put in WAL mode.
     """
@@ -292,13 +285,14 @@ async def open_database(
     if checkpoint_interval is not None and not checkpoint_interval > 0:
         raise ValueError(f"checkpoint_interval must be > 0 or None, not {checkpoint_interval!r}")
     await trio.lowlevel.checkpoint()
+    clock = wall_clock if wall_clock is not None else SystemClock()
     path = Path(path)
     threaded = mode == "thread"
     with closing(_connect(path, busy_timeout, threaded=threaded)) as writer:
         version = apply_migrations(
             writer,
             load_migrations(migrations if migrations is not None else default_migrations()),
-            now=int(wall_clock()),
+            now=int(clock.now()),
         )
         reader = writer
         if threaded:
@@ -312,7 +306,7 @@ async def open_database(
             schema_version=version,
             busy_timeout=busy_timeout,
             checkpoint_interval=checkpoint_interval,
-            wall_clock=wall_clock,
+            wall_clock=clock,
         )
         try:
             yield db

@@ -8,18 +8,14 @@ from pathlib import Path
 import pytest
 
 from hypertrain.store import Database, ObjectStore, open_database
+from nurseries import FixedClock
 
 EPOCH = 1_700_000_000.0
 
 
-def fixed_clock() -> float:
-    """The injected wall clock of these tests."""
-    return EPOCH
-
-
 @pytest.fixture
 async def db(tmp_path: Path) -> AsyncIterator[Database]:
-    async with open_database(tmp_path / "state.db", wall_clock=fixed_clock) as database:
+    async with open_database(tmp_path / "state.db", wall_clock=FixedClock(EPOCH)) as database:
         yield database
 
 

@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 from hypertrain.store import open_database, set_meta
-from hypertrain.store.db import next_tick
+from nurseries import FixedClock
 
 
 def fill(conn: sqlite3.Connection, n: int) -> None:
@@ -24,7 +24,7 @@ def fill(conn: sqlite3.Connection, n: int) -> None:
 
 async def test_the_checkpointer_runs_periodically_and_reports(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
-    async with open_database(path, checkpoint_interval=0.05, wall_clock=lambda: 42.0) as db:
+    async with open_database(path, checkpoint_interval=0.05, wall_clock=FixedClock(42.0)) as db:
         for _ in range(20):
             await db.write(fill, 50)
         wal_bytes = path.with_name("s.db-wal").stat().st_size
@@ -72,12 +72,3 @@ async def test_the_checkpointer_refuses_an_autojump_clock(
     async with open_database(tmp_path / "s.db") as db:
         with pytest.raises(RuntimeError, match="autojump"):
             await db.run_checkpointer()
-
-
-@pytest.mark.parametrize(
-    ("now", "tick"),
-    [(0.0, 1), (0.5, 1), (1.0, 2), (1.01, 2), (3.2, 4), (10.0, 11)],
-)
-def test_next_tick_skips_ahead_on_absolute_time(now: float, tick: int) -> None:
-    assert next_tick(0.0, 1.0, now) == tick
-    assert next_tick(100.0, 2.0, 100.0 + 2 * now) == tick

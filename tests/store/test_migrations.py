@@ -14,6 +14,7 @@ from hypertrain.store.migrations import (
     recorded_version,
     split_statements,
 )
+from nurseries import FixedClock
 
 
 def write_migrations(folder: Path, files: dict[str, str]) -> Path:
@@ -36,11 +37,11 @@ def tables(path: Path) -> set[str]:
 
 async def test_default_migrations_are_applied_and_recorded_once(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
-    async with open_database(path, wall_clock=lambda: 1000.0) as db:
+    async with open_database(path, wall_clock=FixedClock(1000.0)) as db:
         assert db.statistics().schema_version == 1
     assert records(path) == [(1, "init", 1000)]
     assert {"schema_migrations", "meta", "objects"} <= tables(path)
-    async with open_database(path, wall_clock=lambda: 2000.0) as db:
+    async with open_database(path, wall_clock=FixedClock(2000.0)) as db:
         assert db.statistics().schema_version == 1
     assert records(path) == [(1, "init", 1000)]
 
@@ -56,10 +57,10 @@ async def test_migrations_apply_in_numeric_order_and_new_ones_on_reopen(tmp_path
     write_migrations(folder, {"0002_child.sql": "CREATE TABLE child (p REFERENCES parent(id));"})
     write_migrations(folder, {"0001_parent.sql": "CREATE TABLE parent (id INTEGER PRIMARY KEY);"})
     path = tmp_path / "state.db"
-    async with open_database(path, migrations=folder, wall_clock=lambda: 1.0):
+    async with open_database(path, migrations=folder, wall_clock=FixedClock(1.0)):
         pass
     write_migrations(folder, {"0003_more.sql": "ALTER TABLE child ADD COLUMN note TEXT;"})
-    async with open_database(path, migrations=folder, wall_clock=lambda: 2.0) as db:
+    async with open_database(path, migrations=folder, wall_clock=FixedClock(2.0)) as db:
         assert db.statistics().schema_version == 3
     assert records(path) == [(1, "parent", 1), (2, "child", 1), (3, "more", 2)]
 
