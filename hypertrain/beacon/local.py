@@ -33,8 +33,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+import trio
+
 from hypertrain.beacon.bls import LocalSigner, local_chain_hash
 from hypertrain.beacon.chain import SCHEME_UNCHAINED_G1, BeaconRound, ChainInfo
+from hypertrain.beacon.errors import BeaconUnavailable
 from hypertrain.protocol.errors import HypertrainError, NotFound
 from hypertrain.protocol.keys import load_seed, write_seed_file
 from nurseries import ASGIApp, WallClock
@@ -44,6 +47,7 @@ __all__ = [
     "LOCAL_BEACON_ID",
     "LocalChain",
     "LocalChainError",
+    "LocalChainSource",
     "local_chain_app",
 ]
 
@@ -180,6 +184,32 @@ class LocalChain:
 
     def __repr__(self) -> str:
         return f"LocalChain({self.info.hash[:16]}..., period={self.info.period}s)"
+
+
+class LocalChainSource:
+    """A :class:`LocalChain` as a pusher's beacon source, for a daemon running its own chain.
+
+    Rounds are signed in-process, so there is nothing to agree on; before genesis there is no
+    round yet and :class:`~hypertrain.beacon.errors.BeaconUnavailable` says so (the pusher
+    retries on its next tick).
+    """
+
+    def __init__(self, chain: LocalChain) -> None:
+        self._chain = chain
+
+    async def latest(self) -> BeaconRound:
+        await trio.lowlevel.checkpoint()
+        latest = self._chain.latest()
+        if latest is None:
+            raise BeaconUnavailable("the local chain has no round before its genesis")
+        return latest
+
+    async def round(self, number: int) -> BeaconRound:
+        await trio.lowlevel.checkpoint()
+        try:
+            return self._chain.round(number)
+        except NotFound as e:
+            raise BeaconUnavailable(f"local chain: {e.detail}") from e
 
 
 def _local_info(signer: LocalSigner, period_ms: int, genesis_ms: int) -> ChainInfo:

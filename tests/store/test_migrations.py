@@ -36,19 +36,22 @@ def tables(path: Path) -> set[str]:
 
 
 async def test_default_migrations_are_applied_and_recorded_once(tmp_path: Path) -> None:
+    shipped = load_migrations(default_migrations())
     path = tmp_path / "state.db"
     async with open_database(path, wall_clock=FixedClock(1000.0)) as db:
-        assert db.statistics().schema_version == 1
-    assert records(path) == [(1, "init", 1000)]
+        assert db.statistics().schema_version == shipped[-1].version
+    expected = [(m.version, m.name, 1000) for m in shipped]
+    assert records(path) == expected
     assert {"schema_migrations", "meta", "objects"} <= tables(path)
     async with open_database(path, wall_clock=FixedClock(2000.0)) as db:
-        assert db.statistics().schema_version == 1
-    assert records(path) == [(1, "init", 1000)]
+        assert db.statistics().schema_version == shipped[-1].version
+    assert records(path) == expected
 
 
 def test_shipped_migrations_load_as_package_data() -> None:
     migrations = load_migrations(default_migrations())
-    assert [m.label for m in migrations] == ["0001_init"]
+    assert migrations[0].label == "0001_init"
+    assert [m.version for m in migrations] == list(range(1, len(migrations) + 1))
 
 
 async def test_migrations_apply_in_numeric_order_and_new_ones_on_reopen(tmp_path: Path) -> None:
