@@ -17,37 +17,11 @@ import time
 from collections.abc import Callable
 
 import blspy
+from _timing import rate
 
 from hypertrain.beacon.bls import LocalSigner, check_round, hash_to_g1, round_message
-from hypertrain.beacon.chain import QUICKNET, BeaconRound, ChainInfo
-
-QUICKNET_ROUNDS = [
-    BeaconRound(
-        1000000,
-        "83ad29e4c409f9470fc2ef02f90214df49e02b441a1a241a82d622d9f608ef98fd8b11a029f1bee9d9e83b45088abe72",
-        "b22aad4794f7451896f7a371aa46106fd84d919f3f569acd5b2fddf1d1440af3",
-    ),
-    BeaconRound(
-        20000000,
-        "96892582a33552a7b67ba44ef09c3ccd535bbebe760c93ecf45be8958d0c0f06390c6d19d7bf492eb806af7eef6b125c",
-        "f39c98df5525968e6622e0c63edb3d1f9c5607cf780db78abdded36e4b3dba95",
-    ),
-]
-
-
-def rate(fn: Callable[[], object], seconds: float) -> float:
-    """Calls per second of ``fn`` over about ``seconds`` (after a short warm-up)."""
-    for _ in range(5):
-        fn()
-    calls, start = 0, time.perf_counter()
-    deadline = start + seconds
-    while True:
-        for _ in range(20):
-            fn()
-        calls += 20
-        now = time.perf_counter()
-        if now >= deadline:
-            return calls / (now - start)
+from hypertrain.beacon.chain import QUICKNET, ChainInfo
+from hypertrain.beacon.check import QUICKNET_VECTORS
 
 
 def main() -> None:
@@ -58,13 +32,13 @@ def main() -> None:
     signer = LocalSigner.from_seed(bytes([7]) * 32)
     local = ChainInfo(public_key=signer.public_key_hex, period_ms=250, genesis_ms=0, hash="0" * 64)
     local_rounds = [signer.sign_round(r) for r in range(1, 65)]
-    quicknet = itertools.cycle(QUICKNET_ROUNDS)
+    quicknet = itertools.cycle(QUICKNET_VECTORS)
     local_cycle = itertools.cycle(local_rounds)
     next_round = itertools.count(1_000_000)
     pk = blspy.G2Element.from_bytes(bytes.fromhex(QUICKNET.public_key))
     g2 = blspy.G2Element.generator()
-    sig = blspy.G1Element.from_bytes(QUICKNET_ROUNDS[0].signature_bytes)
-    h = hash_to_g1(round_message(QUICKNET_ROUNDS[0].round))
+    sig = blspy.G1Element.from_bytes(QUICKNET_VECTORS[0].signature_bytes)
+    h = hash_to_g1(round_message(QUICKNET_VECTORS[0].round))
 
     rows: list[tuple[str, Callable[[], object]]] = [
         ("verify quicknet round (check_round)", lambda: check_round(QUICKNET, next(quicknet))),

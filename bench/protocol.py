@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections.abc import Callable
 
 import nacl.signing
+from _timing import rate
 
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.envelope import seal, signed_bytes, verify
@@ -23,21 +23,6 @@ from hypertrain.protocol.example import example_bodies, example_manifest
 from hypertrain.protocol.jcs import canonical_json, parse_json
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.messages import Commit
-
-
-def rate(fn: Callable[[], object], seconds: float) -> float:
-    """Calls per second of ``fn`` over about ``seconds`` (after a short warm-up)."""
-    for _ in range(50):
-        fn()
-    calls, start = 0, time.perf_counter()
-    deadline = start + seconds
-    while True:
-        for _ in range(100):
-            fn()
-        calls += 100
-        now = time.perf_counter()
-        if now >= deadline:
-            return calls / (now - start)
 
 
 def main() -> None:
@@ -76,7 +61,7 @@ def main() -> None:
     print(f"Commit envelope: {len(wire)} bytes on the wire, body {len(json.dumps(body))} bytes")
     results = {}
     for name, fn in rows:
-        results[name] = rate(fn, args.seconds)
+        results[name] = rate(fn, args.seconds, batch=100)
         print(f"{name:<42} {results[name]:>10,.0f} /s  {1e6 / results[name]:>8.1f} us")
     overhead = results["verify (full path, parsed dict)"] / results["raw pynacl verify"]
     print(f"full verify runs at {overhead:.0%} of raw pynacl verify throughput")

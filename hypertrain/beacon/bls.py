@@ -88,34 +88,28 @@ def hash_to_g1(message: bytes) -> Any:
     return blspy.G1Element.from_message(message, DST_G1)
 
 
-def parse_g1(data: bytes, what: str) -> Any:
-    """A canonical, non-infinity, subgroup-checked G1 point, or :class:`InvalidRound`."""
-    if len(data) != 48:
-        raise InvalidRound(f"{what}: a G1 point is 48 bytes, got {len(data)}")
+def _parse_point(element: Any, size: int, group: str, data: bytes, what: str) -> Any:
+    if len(data) != size:
+        raise InvalidRound(f"{what}: a {group} point is {size} bytes, got {len(data)}")
     if data[0] & _INFINITY_FLAG:
         raise InvalidRound(f"{what}: the point at infinity is not allowed")
     try:
-        point = blspy.G1Element.from_bytes(data)
+        point = element.from_bytes(data)
     except (ValueError, RuntimeError) as e:
-        raise InvalidRound(f"{what}: not a valid G1 point ({e})") from None
+        raise InvalidRound(f"{what}: not a valid {group} point ({e})") from None
     if bytes(point) != data:
-        raise InvalidRound(f"{what}: non-canonical G1 encoding")
+        raise InvalidRound(f"{what}: non-canonical {group} encoding")
     return point
+
+
+def parse_g1(data: bytes, what: str) -> Any:
+    """A canonical, non-infinity, subgroup-checked G1 point, or :class:`InvalidRound`."""
+    return _parse_point(blspy.G1Element, 48, "G1", data, what)
 
 
 def parse_g2(data: bytes, what: str) -> Any:
     """A canonical, non-infinity, subgroup-checked G2 point, or :class:`InvalidRound`."""
-    if len(data) != 96:
-        raise InvalidRound(f"{what}: a G2 point is 96 bytes, got {len(data)}")
-    if data[0] & _INFINITY_FLAG:
-        raise InvalidRound(f"{what}: the point at infinity is not allowed")
-    try:
-        point = blspy.G2Element.from_bytes(data)
-    except (ValueError, RuntimeError) as e:
-        raise InvalidRound(f"{what}: not a valid G2 point ({e})") from None
-    if bytes(point) != data:
-        raise InvalidRound(f"{what}: non-canonical G2 encoding")
-    return point
+    return _parse_point(blspy.G2Element, 96, "G2", data, what)
 
 
 @functools.lru_cache(maxsize=64)
