@@ -15,6 +15,7 @@ from hypertrain.protocol.envelope import (
     verify,
 )
 from hypertrain.protocol.errors import (
+    AuthError,
     CanonicalJSONError,
     Conflict,
     ContractMismatch,
@@ -79,6 +80,7 @@ __all__ = [
     "SIGNER_BOUND_TYPES",
     "Accept",
     "AuditChallenge",
+    "AuthError",
     "Bisect",
     "CanonicalJSONError",
     "Commit",

@@ -12,6 +12,7 @@ route answers with and a ``detail`` that names the problem::
         ├── RunMismatch          400    signed for another run
         ├── Expired              400    now_round > exp_drand
         ├── SignatureError       401    the signature does not verify
+        ├── AuthError            401    a missing or wrong bearer token
         ├── UnauthorizedSigner   403    a valid signature by a signer this type does not allow
         ├── NotFound             404    unknown run, round, job or object
         ├── Conflict             409    wrong state, window closed, lease not current
@@ -28,6 +29,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "AuthError",
     "CanonicalJSONError",
     "Conflict",
     "ContractMismatch",
@@ -90,6 +92,10 @@ class Expired(ProtocolError):
 
 
 class SignatureError(ProtocolError):
+    status = 401
+
+
+class AuthError(ProtocolError):
     status = 401
 
 
