@@ -273,13 +273,21 @@ class VerifySpec:
 
 @frozen
 class ReferenceEnv:
-    """Environment pinned for bitwise replay."""
+    """Environment pinned for bitwise replay.
+
+    ``ATEN_CPU_CAPABILITY`` and ``MKL_CBWR`` are our addition (DESIGN.md section 8): bitwise
+    torch on CPU holds only on the same CPU kernel path, so a CPU run pins it here and miners and
+    auditors set these variables before importing torch. Omitted when absent, like the spec's
+    optional fields, so manifests without them keep their run ids.
+    """
 
     CUBLAS_WORKSPACE_CONFIG: Literal[":4096:8"] = field(
         validator=one_of_literal(Literal[":4096:8"])
     )
     CUDA_DISABLE_PTX_JIT: Literal["1"] = field(validator=one_of_literal(Literal["1"]))
     cpu_threads: int = field(validator=pos_int)
+    ATEN_CPU_CAPABILITY: str | None = field(default=None, validator=optional(text(32)))
+    MKL_CBWR: str | None = field(default=None, validator=optional(text(32)))
 
 
 @frozen
