@@ -20,7 +20,7 @@ from typing import Any, Final
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.f32 import f32_from_hex, f32_hex
 from hypertrain.protocol.keys import Keypair
-from hypertrain.protocol.manifest import RunManifest, vesting_rounds
+from hypertrain.protocol.manifest import Beacon, RunManifest, vesting_rounds
 from hypertrain.protocol.messages import LeafPreimage
 
 __all__ = [
@@ -78,9 +78,16 @@ def _verify_section() -> dict[str, Any]:
 
 
 def example_manifest(
-    *, coord_pubkey: str | None = None, auditors: Sequence[str] | None = None
+    *,
+    coord_pubkey: str | None = None,
+    auditors: Sequence[str] | None = None,
+    beacon: Beacon | None = None,
 ) -> RunManifest:
-    """The spec's example RunManifest (coordinator and auditors overridable, see module doc)."""
+    """The spec's example RunManifest (coordinator, auditors and beacon overridable).
+
+    ``beacon`` defaults to drand quicknet; a coordinator running its own chain accepts only a
+    manifest naming that chain.
+    """
     coord = coord_pubkey or Keypair.from_seed(EXAMPLE_COORD_SEED).ss58
     auditor_list = (
         list(auditors) if auditors is not None else [Keypair.from_seed(EXAMPLE_AUDITOR_SEED).ss58]
@@ -169,6 +176,12 @@ def example_manifest(
             "chain_hash": QUICKNET_CHAIN_HASH,
             "period": QUICKNET_PERIOD,
             "genesis_time": QUICKNET_GENESIS,
+        }
+        if beacon is None
+        else {
+            "chain_hash": beacon.chain_hash,
+            "period": beacon.period,
+            "genesis_time": beacon.genesis_time,
         },
         "auditors": auditor_list,
         "coord_pubkey": coord,

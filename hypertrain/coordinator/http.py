@@ -1,0 +1,127 @@
+"""HTTP plumbing shared by the route modules: request bodies, JSON answers, error mapping.
+
+- :func:`read_json`: the request body, refused with 413 *before* parsing when over the
+  settings' ``body_limit`` (the ``Content-Length`` header is checked first, then the bytes
+  actually streamed are counted, so chunked uploads are bounded too), then parsed with the
+  strict parser (:func:`hypertrain.protocol.jcs.parse_json`: duplicate keys, NaN/Infinity and
+  bad UTF-8 are 400).
+- :func:`json_response`: compact JSON, no sorting (fast; the wire codec decides field order).
+- :func:`install_error_handlers`: every :class:`ProtocolError` answers its status with
+  ``{"detail": ...}``; Quart's own 404/405/413/... answer JSON ``{"detail": ...}`` too; any
+  other exception is logged with its traceback and answers 500 ``{"detail": "internal error"}``.
+  ``trio.Cancelled`` and other ``BaseException``s are never caught.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Final
+
+import trio
+from quart import Response, request
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+
+from hypertrain.coordinator.context import Coordinator
+from hypertrain.protocol.errors import Malformed, PayloadTooLarge, ProtocolError
+from hypertrain.protocol.jcs import parse_json
+
+__all__ = [
+    "BODY_TIMEOUT",
+    "JSON_CONTENT_TYPE",
+    "RETRY_AFTER_STOPPING",
+    "install_error_handlers",
+    "json_response",
+    "read_body",
+    "read_json",
+    "stopping_response",
+]
+
+log = logging.getLogger(__name__)
+
+BODY_TIMEOUT: Final = 60.0
+"""Seconds (Trio clock) a client may take to send a request body."""
+RETRY_AFTER_STOPPING: Final = 5
+"""``Retry-After`` seconds sent with 503 while the coordinator shuts down."""
+JSON_CONTENT_TYPE: Final = "application/json"
+
+
+def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """``obj`` as compact JSON with ``status``."""
+    body = json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    return Response(body, status=status, content_type=JSON_CONTENT_TYPE, headers=headers)
+
+
+def stopping_response() -> Response:
+    """503 ``{"detail": "shutting down"}`` with ``Retry-After``, for long polls and streams."""
+    return json_response(
+        {"detail": "shutting down"}, 503, headers={"Retry-After": str(RETRY_AFTER_STOPPING)}
+    )
+
+
+def _too_large(limit: int, size: int | None) -> PayloadTooLarge:
+    got = "more" if size is None else f"{size} bytes"
+    return PayloadTooLarge(f"request body over the limit of {limit} bytes (got {got})")
+
+
+async def read_body(limit: int) -> bytes:
+    """The current request's body; :class:`PayloadTooLarge` past ``limit`` bytes.
+
+    Checks ``Content-Length`` before reading anything and counts the streamed bytes (a chunked
+    body has no length), stopping at the first byte over. :class:`Malformed` when the body does
+    not arrive within :data:`BODY_TIMEOUT`.
+    """
+    declared = request.content_length
+    if declared is not None and declared > limit:
+        raise _too_large(limit, declared)
+    parts: list[bytes] = []
+    size = 0
+    try:
+        with trio.fail_after(BODY_TIMEOUT):
+            async for chunk in request.body:
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(limit, None)
+                parts.append(chunk)
+    except RequestEntityTooLarge:  # Quart's own bound (MAX_CONTENT_LENGTH) fired first
+        raise _too_large(limit, None) from None
+    except trio.TooSlowError:
+        raise Malformed(f"request body not received within {BODY_TIMEOUT:g} s") from None
+    return b"".join(parts)
+
+
+async def read_json(ctx: Coordinator) -> Any:
+    """The current request's body parsed as strict JSON, bounded by ``body_limit`` (413/400)."""
+    return parse_json(await read_body(ctx.settings.body_limit))
+
+
+async def _protocol_error(error: ProtocolError) -> Response:
+    return json_response(error.to_json(), error.status)
+
+
+async def _http_exception(error: HTTPException) -> Response:
+    status = error.code or 500
+    headers = {
+        name: value
+        for name, value in error.get_headers()
+        if name.lower() in ("allow", "retry-after")
+    }
+    detail = f"{status} {error.name}"
+    if status == 404:
+        detail = f"not found: {request.method} {request.path}"
+    elif status == 405:
+        detail = f"method {request.method} not allowed on {request.path}"
+    return json_response({"detail": detail}, status, headers=headers)
+
+
+async def _unexpected(error: Exception) -> Response:
+    log.error("unhandled error in %s %s", request.method, request.path, exc_info=error)
+    return json_response({"detail": "internal error"}, 500)
+
+
+def install_error_handlers(app: QuartTrio) -> None:
+    """Map errors to JSON answers as described in the module docstring."""
+    app.register_error_handler(ProtocolError, _protocol_error)
+    app.register_error_handler(HTTPException, _http_exception)
+    app.register_error_handler(Exception, _unexpected)

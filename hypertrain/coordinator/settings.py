@@ -1,0 +1,97 @@
+"""The coordinator's settings: what the routes need to know about this deployment.
+
+Built by the daemon (:mod:`hypertrain.daemon.settings`) from the operator guide's environment
+variables, an optional TOML file and CLI flags; tests build it directly. Paths are stored as
+given; nothing is read at construction (token and key files are read per request, see
+:mod:`hypertrain.coordinator.auth` and :meth:`Coordinator.coord_keypair
+<hypertrain.coordinator.context.Coordinator.coord_keypair>`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+import attrs
+
+__all__ = [
+    "DEFAULT_BODY_LIMIT",
+    "DEFAULT_EPOCHS_PER_ROUND",
+    "DEFAULT_EPOCH_SECONDS",
+    "DEFAULT_FORGIVE_PER_EPOCH",
+    "DEFAULT_SLUG",
+    "DEFAULT_VEST_ROUNDS",
+    "CoordinatorSettings",
+]
+
+DEFAULT_SLUG: Final = "hypertrain"
+DEFAULT_EPOCH_SECONDS: Final = 4320
+DEFAULT_EPOCHS_PER_ROUND: Final = 1
+DEFAULT_VEST_ROUNDS: Final = 10
+DEFAULT_FORGIVE_PER_EPOCH: Final = 1
+DEFAULT_BODY_LIMIT: Final = 1024 * 1024
+"""Largest request body accepted (1 MiB, the Cortex proxy's limit); larger is 413."""
+
+
+def _optional_path(value: object) -> Path | None:
+    if value is None or isinstance(value, Path):
+        return value
+    if isinstance(value, str):
+        return Path(value)
+    raise TypeError(f"expected a path or None, got {type(value).__name__}")
+
+
+def _positive(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{attribute.name} must be an integer >= 1, got {value!r}")
+
+
+def _non_negative(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{attribute.name} must be an integer >= 0, got {value!r}")
+
+
+def _genesis(_instance: object, attribute: attrs.Attribute[int | None], value: int | None) -> None:
+    if value is not None and (type(value) is not int or value < 0):
+        raise ValueError(f"{attribute.name} must be unix seconds >= 0 or unset, got {value!r}")
+
+
+def _slug(_instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not isinstance(value, str) or not value or not value.isprintable() or " " in value:
+        raise ValueError(f"{attribute.name} must be a non-empty token, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class CoordinatorSettings:
+    """Deployment settings of one coordinator (spec section 9.2); all validated on creation."""
+
+    state_dir: Path = attrs.field(converter=Path)
+    """Holds ``challenge.db`` and ``objects/``."""
+    slug: str = attrs.field(default=DEFAULT_SLUG, validator=_slug)
+    """The challenge id; internal routes require it in ``X-Platform-Challenge-Slug``."""
+    master_url: str | None = None
+    """The Cortex master (metagraph); None when not configured."""
+    internal_token_file: Path | None = attrs.field(default=None, converter=_optional_path)
+    admin_token_file: Path | None = attrs.field(default=None, converter=_optional_path)
+    worker_token_file: Path | None = attrs.field(default=None, converter=_optional_path)
+    coord_key_file: Path | None = attrs.field(default=None, converter=_optional_path)
+    """K_coord's seed file (``HYPERTRAIN_COORD_KEY_FILE``)."""
+    owner_hotkey: str | None = None
+    """SS58 of K_owner, the only key allowed to sign a RunManifest."""
+    epoch_seconds: int = attrs.field(default=DEFAULT_EPOCH_SECONDS, validator=_positive)
+    epochs_per_round: int = attrs.field(default=DEFAULT_EPOCHS_PER_ROUND, validator=_positive)
+    vest_rounds: int = attrs.field(default=DEFAULT_VEST_ROUNDS, validator=_positive)
+    forgive_per_epoch: int = attrs.field(default=DEFAULT_FORGIVE_PER_EPOCH, validator=_non_negative)
+    genesis_unix: int | None = attrs.field(default=None, validator=_genesis)
+    """Clock origin of epochs; None: the beacon chain's genesis."""
+    body_limit: int = attrs.field(default=DEFAULT_BODY_LIMIT, validator=_positive)
+
+    @property
+    def db_path(self) -> Path:
+        """``state_dir/challenge.db``."""
+        return self.state_dir / "challenge.db"
+
+    @property
+    def objects_dir(self) -> Path:
+        """``state_dir/objects``."""
+        return self.state_dir / "objects"

@@ -1,0 +1,1 @@
+"""hypertrain-daemon: the operator's one binary (composition root and settings)."""

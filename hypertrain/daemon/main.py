@@ -1,0 +1,232 @@
+"""hypertrain-daemon: the composition root (:func:`serve_daemon`) and its console entry.
+
+::
+
+    supervisor  (open_supervisor: SIGINT/SIGTERM -> graceful shutdown within --grace)
+    ├─ http      serve_asgi(create_app(ctx))             started first; prints the URL
+    └─ services  every entry of services.SERVICES under supervise(), in order:
+       ├─ beacon        Pusher(relays | local chain) -> ctx.ingest_beacon, every period
+       └─ checkpointer  passive WAL checkpoints (real clock only)
+
+Shutdown (a signal, or :meth:`DaemonHandle.request_shutdown` in tests) runs, in order:
+``ctx.stopping.set()`` (long polls and SSE streams answer 503 / end), the event hub is closed,
+the services are cancelled, then hypercorn's shutdown trigger (listeners close, requests in
+flight get ``graceful_timeout``). Whatever still runs after ``--grace`` seconds is cancelled.
+
+Exit status of :func:`main`: 0 after a shutdown, 2 for a configuration error (one line on
+stderr), 1 for anything else (logged with its traceback).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
+from typing import Final
+
+import attrs
+import httpx
+import trio
+from quart_trio import QuartTrio
+
+from hypertrain.beacon import QUICKNET, ChainInfo, LocalChain, LocalChainError
+from hypertrain.coordinator.app import create_app
+from hypertrain.coordinator.context import Coordinator
+from hypertrain.daemon.logs import configure_logging
+from hypertrain.daemon.services import SERVICES, DaemonParts, ServiceSpec
+from hypertrain.daemon.settings import ConfigError, DaemonSettings, load_settings
+from hypertrain.protocol.errors import KeyfileError
+from hypertrain.store import ObjectStore, open_database
+from nurseries import (
+    DEFAULT_GRACEFUL_TIMEOUT,
+    DEFAULT_SHUTDOWN_SIGNALS,
+    Supervisor,
+    SystemClock,
+    WallClock,
+    open_supervisor,
+    serve_asgi,
+    supervise,
+)
+
+__all__ = ["EXIT_CONFIG", "EXIT_FAILURE", "EXIT_OK", "DaemonHandle", "main", "serve_daemon"]
+
+log = logging.getLogger(__name__)
+
+EXIT_OK: Final = 0
+EXIT_FAILURE: Final = 1
+EXIT_CONFIG: Final = 2
+RELAY_CLIENT_TIMEOUT: Final = httpx.Timeout(connect=3.0, read=5.0, write=5.0, pool=5.0)
+"""Default limits of the outbound client (the relay client passes its own per request)."""
+
+
+@attrs.frozen(eq=False)
+class DaemonHandle:
+    """What :func:`serve_daemon` reports once it serves: its URL, context, app and supervisor.
+
+    ``app`` is the app being served; tests drive it in-process (route modules register
+    observers on ``ctx`` when an app is created, so build no second app over the same ``ctx``).
+    """
+
+    url: str
+    ctx: Coordinator
+    app: QuartTrio
+    supervisor: Supervisor
+
+    def request_shutdown(self, *, immediate: bool = False) -> None:
+        """Shut down as SIGTERM would (``immediate``: as a second signal)."""
+        self.supervisor.request_shutdown(immediate=immediate)
+
+
+def _open_chain(settings: DaemonSettings, wall: WallClock) -> tuple[ChainInfo, LocalChain | None]:
+    if settings.beacon == "relays":
+        return QUICKNET, None
+    try:
+        chain = LocalChain.open(
+            settings.coordinator.state_dir, clock=wall, period=settings.local_period
+        )
+    except (LocalChainError, KeyfileError) as e:
+        raise ConfigError(f"local beacon: {e.detail}") from None
+    return chain.info, chain
+
+
+@asynccontextmanager
+async def _open_http_client(
+    settings: DaemonSettings, given: httpx.AsyncClient | None
+) -> AsyncIterator[httpx.AsyncClient | None]:
+    if given is not None or settings.beacon != "relays":
+        yield given
+        return
+    async with httpx.AsyncClient(timeout=RELAY_CLIENT_TIMEOUT) as client:
+        yield client
+
+
+async def _run_services(
+    parts: DaemonParts,
+    specs: Sequence[ServiceSpec],
+    scope: trio.CancelScope,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Start each applicable service in order under ``supervise``; ends when ``scope`` is."""
+    with scope:
+        async with trio.open_nursery() as nursery:
+            for spec in specs:
+                fn = spec.factory(parts)
+                if fn is None:
+                    log.info("service %s: not started (does not apply here)", spec.name)
+                    continue
+                await nursery.start(
+                    partial(supervise, spec.name, fn, policy=spec.policy), name=spec.name
+                )
+                log.info("service %s: started", spec.name)
+            task_status.started()
+
+
+async def serve_daemon(
+    settings: DaemonSettings,
+    *,
+    wall: WallClock,
+    task_status: trio.TaskStatus[DaemonHandle] = trio.TASK_STATUS_IGNORED,
+    signals: Iterable[int] = (),
+    http_client: httpx.AsyncClient | None = None,
+    services: Sequence[ServiceSpec] = SERVICES,
+) -> None:
+    """Run the daemon until shut down; reports a :class:`DaemonHandle` once everything runs.
+
+    ``wall`` is the wall clock (``SystemClock()`` in production, a ``VirtualClock`` in tests);
+    ``signals`` are the signals that shut it down (none by default: tests call
+    ``handle.request_shutdown()``); ``http_client`` replaces the outbound client (tests mount
+    in-process relays on it). Raises :class:`ConfigError` for settings that only turn out wrong
+    at start (a local chain with another period), and lets service failures propagate.
+    """
+    config = settings.coordinator
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    chain_info, local_chain = _open_chain(settings, wall)
+    async with AsyncExitStack() as stack:
+        db = await stack.enter_async_context(open_database(config.db_path, wall_clock=wall))
+        client = await stack.enter_async_context(_open_http_client(settings, http_client))
+        ctx = await Coordinator.create(
+            config,
+            db=db,
+            objects=ObjectStore.open(config.objects_dir),
+            chain=chain_info,
+            wall=wall,
+        )
+        app = create_app(ctx)
+        http_stop = trio.Event()
+        services_scope = trio.CancelScope()
+
+        def on_shutdown() -> None:
+            ctx.stopping.set()
+            ctx.events.close()
+            services_scope.cancel()
+            http_stop.set()
+
+        async with open_supervisor(
+            grace=settings.grace, signals=signals, on_shutdown=on_shutdown
+        ) as supervisor:
+            url: str = await supervisor.nursery.start(
+                partial(
+                    serve_asgi,
+                    app,
+                    settings.host,
+                    settings.port,
+                    shutdown_trigger=http_stop.wait,
+                    graceful_timeout=min(DEFAULT_GRACEFUL_TIMEOUT, settings.grace),
+                ),
+                name="http",
+            )
+            log.info("listening on %s (beacon: %s, D=%d)", url, settings.beacon, ctx.beacon.latest)
+            parts = DaemonParts(settings, ctx, wall, client, local_chain)
+            await supervisor.nursery.start(_run_services, parts, services, services_scope)
+            task_status.started(DaemonHandle(url, ctx, app, supervisor))
+        if supervisor.shutdown_requested:
+            log.info("shut down (signal: %s)", getattr(supervisor.shutdown_signal, "name", None))
+
+
+def _config_error(exc: BaseException) -> ConfigError | None:
+    """The ConfigError in ``exc`` (possibly nested in exception groups), if any."""
+    if isinstance(exc, ConfigError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _config_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
+async def _run(settings: DaemonSettings) -> None:
+    async with trio.open_nursery() as nursery:
+        handle: DaemonHandle = await nursery.start(
+            partial(serve_daemon, settings, wall=SystemClock(), signals=DEFAULT_SHUTDOWN_SIGNALS)
+        )
+        print(f"hypertrain-daemon listening on {handle.url}", flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``hypertrain-daemon`` console script; returns the exit status."""
+    try:
+        settings = load_settings(sys.argv[1:] if argv is None else argv, os.environ)
+    except ConfigError as e:
+        print(f"hypertrain-daemon: error: {e.detail}", file=sys.stderr)
+        return EXIT_CONFIG
+    configure_logging(settings.log_format)
+    try:
+        trio.run(_run, settings)
+    except BaseException as e:  # the process boundary: classify, log, exit
+        found = _config_error(e)
+        if found is not None:
+            print(f"hypertrain-daemon: error: {found.detail}", file=sys.stderr)
+            return EXIT_CONFIG
+        if isinstance(e, KeyboardInterrupt):
+            log.warning("interrupted before the shutdown handler was installed")
+            return EXIT_FAILURE
+        if not isinstance(e, Exception):
+            raise
+        log.critical("hypertrain-daemon failed", exc_info=e)
+        return EXIT_FAILURE
+    return EXIT_OK

@@ -1,0 +1,117 @@
+"""The daemon's background services, declared as a table: adding one is one line in
+:data:`SERVICES`.
+
+Each :class:`ServiceSpec` names a service, a factory and a restart policy. The factory gets
+the built :class:`DaemonParts` and returns the service function (``run(*, task_status)``, house
+style) or ``None`` when the service does not apply (the WAL checkpointer needs a real clock:
+it uses a worker thread, which breaks virtual time). The composition root starts each one in
+order under :func:`nurseries.supervise`, after the HTTP server.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import attrs
+import httpx
+
+from hypertrain.beacon import (
+    QUICKNET,
+    BeaconSource,
+    LocalChain,
+    LocalChainSource,
+    Pusher,
+    RelayClient,
+    TickRecord,
+)
+from hypertrain.coordinator.context import Coordinator, CoordinatorSink
+from hypertrain.daemon.settings import DaemonSettings
+from nurseries import RestartPolicy, SystemClock, WallClock
+
+__all__ = [
+    "BEACON_POLICY",
+    "DEFAULT_POLICY",
+    "SERVICES",
+    "DaemonParts",
+    "ServiceFactory",
+    "ServiceFn",
+    "ServiceSpec",
+    "beacon_service",
+    "checkpointer_service",
+]
+
+log = logging.getLogger(__name__)
+
+ServiceFn = Callable[..., Awaitable[object]]
+"""``async def run(*, task_status=trio.TASK_STATUS_IGNORED)``."""
+
+DEFAULT_POLICY: Final = RestartPolicy(initial_backoff=1.0, max_backoff=60.0, reset_after=300.0)
+"""Restart on failure forever, backing off from 1 s to at most 60 s."""
+BEACON_POLICY: Final = RestartPolicy(initial_backoff=3.0, max_backoff=60.0, reset_after=300.0)
+"""The pusher already retries ticks itself; a restart means it gave up or was refused."""
+
+
+@attrs.frozen
+class DaemonParts:
+    """What service factories may use; built once by the composition root."""
+
+    settings: DaemonSettings
+    ctx: Coordinator
+    wall: WallClock
+    http_client: httpx.AsyncClient | None
+    """The client for outbound HTTP (relays); None when nothing needs one."""
+    local_chain: LocalChain | None
+    """The daemon's own chain in ``--beacon local`` mode."""
+
+
+ServiceFactory = Callable[[DaemonParts], ServiceFn | None]
+
+
+@attrs.frozen
+class ServiceSpec:
+    """One background service of the daemon."""
+
+    name: str
+    factory: ServiceFactory
+    policy: RestartPolicy = DEFAULT_POLICY
+
+
+def _report_tick(record: TickRecord) -> None:
+    if record.ok:
+        log.debug("beacon tick: %s", record.to_json())
+    else:
+        log.warning("beacon tick failed: %s", record.to_json())
+
+
+def beacon_service(parts: DaemonParts) -> ServiceFn:
+    """The pusher: relays (or the local chain) -> verify -> ``ctx.ingest_beacon``, each period."""
+    source: BeaconSource
+    if parts.local_chain is not None:
+        source = LocalChainSource(parts.local_chain)
+    else:
+        if parts.http_client is None:
+            raise ValueError("the relays beacon needs an HTTP client")
+        source = RelayClient(parts.settings.relays, QUICKNET, client=parts.http_client)
+    pusher = Pusher(
+        source,
+        CoordinatorSink(parts.ctx),
+        interval=parts.ctx.chain.period,
+        report=_report_tick,
+    )
+    return pusher.run
+
+
+def checkpointer_service(parts: DaemonParts) -> ServiceFn | None:
+    """The database's passive WAL checkpoints; only with the real clock (it uses a thread)."""
+    if not isinstance(parts.wall, SystemClock):
+        return None
+    return parts.ctx.db.run_checkpointer
+
+
+SERVICES: Final[tuple[ServiceSpec, ...]] = (
+    ServiceSpec("beacon", beacon_service, BEACON_POLICY),
+    ServiceSpec("checkpointer", checkpointer_service),
+)
+"""Started in this order, after the HTTP server."""

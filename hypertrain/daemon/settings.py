@@ -1,0 +1,309 @@
+"""hypertrain-daemon's settings: environment variables, an optional TOML file and CLI flags.
+
+Precedence, highest first: **CLI flags > environment > TOML file (``--config``) > defaults**.
+The environment carries the operator guide's variables (they are how a container is
+configured); the TOML file can set every key; flags cover the process-level keys. An empty
+environment variable counts as unset.
+
+=========================  ================================  =========================  =========
+TOML key                   environment variable              flag                       default
+=========================  ================================  =========================  =========
+slug                       CHALLENGE_SLUG                                               hypertrain
+state_dir                  CHALLENGE_STATE_DIR                                          /data
+master_url                 CHALLENGE_MASTER_URL                                         http://cortex-master:8080
+internal_token_file        CHALLENGE_INTERNAL_TOKEN_FILE                                unset
+admin_token_file           CHALLENGE_ADMIN_TOKEN_FILE                                   unset
+worker_token_file          CHALLENGE_WORKER_TOKEN_FILE                                  unset
+coord_key_file             HYPERTRAIN_COORD_KEY_FILE                                    unset
+owner_hotkey               HYPERTRAIN_OWNER_HOTKEY                                      unset
+epoch_seconds              HYPERTRAIN_EPOCH_SECONDS                                     4320
+epochs_per_round           HYPERTRAIN_EPOCHS_PER_ROUND                                  1
+vest_rounds                HYPERTRAIN_VEST_ROUNDS                                       10
+genesis_unix               HYPERTRAIN_GENESIS_UNIX                                      unset
+forgive_per_epoch                                                                       1
+body_limit                                                                              1048576
+host                                                         --host                     127.0.0.1
+port                                                         --port                     8000
+beacon                                                       --beacon relays|local      relays
+relays (list)                                                --relay URL (repeatable)   drand's
+local_period                                                 --local-period S           as stored
+grace                                                        --grace S                  5
+log_format                                                   --log-format text|json     text
+=========================  ================================  =========================  =========
+
+Every problem (an unknown TOML key, a value of the wrong type or range, a bad flag) is a
+:class:`ConfigError` whose message is one line naming the key and where it came from; the
+program prints it and exits 2. :func:`load_settings` is pure (reads only the TOML file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, Literal, NoReturn
+
+import attrs
+
+from hypertrain.beacon import DEFAULT_RELAYS
+from hypertrain.beacon.relays import normalize_relay
+from hypertrain.coordinator.settings import CoordinatorSettings
+from hypertrain.protocol.errors import HypertrainError
+
+__all__ = [
+    "DEFAULT_GRACE",
+    "DEFAULT_HOST",
+    "DEFAULT_MASTER_URL",
+    "DEFAULT_PORT",
+    "DEFAULT_STATE_DIR",
+    "ConfigError",
+    "DaemonSettings",
+    "build_parser",
+    "load_settings",
+]
+
+DEFAULT_HOST: Final = "127.0.0.1"
+DEFAULT_PORT: Final = 8000
+DEFAULT_STATE_DIR: Final = "/data"
+DEFAULT_MASTER_URL: Final = "http://cortex-master:8080"
+DEFAULT_GRACE: Final = 5.0
+"""Seconds between SIGTERM and cancelling what is still running."""
+MIN_RELAYS: Final = 2
+"""Relays needed in ``relays`` mode: rounds are agreement-checked across them."""
+
+BeaconMode = Literal["relays", "local"]
+LogFormat = Literal["text", "json"]
+
+
+class ConfigError(HypertrainError):
+    """A setting is unknown or invalid; ``detail`` is one line naming it (exit status 2)."""
+
+
+@attrs.frozen(kw_only=True)
+class DaemonSettings:
+    """Everything the daemon needs: the coordinator's settings plus the process's own."""
+
+    coordinator: CoordinatorSettings
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    beacon: BeaconMode = "relays"
+    relays: tuple[str, ...] = DEFAULT_RELAYS
+    local_period: float | None = None
+    """Seconds between local-chain rounds; None: as stored (new chains: quicknet's 3 s)."""
+    grace: float = DEFAULT_GRACE
+    log_format: LogFormat = "text"
+
+
+# -- value parsers: each takes a raw value (str from env/CLI, native from TOML) and the place it
+# -- came from, and returns the checked value or raises ConfigError naming that place.
+
+Parse = Callable[[object, str], Any]
+_INT = re.compile(r"-?[0-9]+")
+
+
+def _fail(where: str, expected: str, value: object) -> NoReturn:
+    raise ConfigError(f"{where}: expected {expected}, got {value!r}")
+
+
+def _int(low: int, high: int | None = None) -> Parse:
+    expected = f"an integer >= {low}" if high is None else f"an integer {low}..{high}"
+
+    def parse(value: object, where: str) -> int:
+        if isinstance(value, str) and _INT.fullmatch(value.strip()):
+            value = int(value.strip())
+        if type(value) is not int or value < low or (high is not None and value > high):
+            _fail(where, expected, value)
+        return value
+
+    return parse
+
+
+def _float(low: float, *, strict: bool) -> Parse:
+    expected = f"a number {'>' if strict else '>='} {low:g}"
+
+    def parse(value: object, where: str) -> float:
+        number: object = value
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                _fail(where, expected, value)
+        if type(number) not in (int, float):
+            _fail(where, expected, value)
+        result = float(number)  # type: ignore[arg-type]
+        if not math.isfinite(result) or result < low or (strict and result == low):
+            _fail(where, expected, value)
+        return result
+
+    return parse
+
+
+def _text(value: object, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        _fail(where, "a non-empty string", value)
+    return value.strip()
+
+
+def _path(value: object, where: str) -> Path:
+    return Path(_text(value, where))
+
+
+def _choice(*choices: str) -> Parse:
+    def parse(value: object, where: str) -> str:
+        if value not in choices:
+            _fail(where, " or ".join(choices), value)
+        return str(value)
+
+    return parse
+
+
+def _relays(value: object, where: str) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, Sequence) or not value:
+        _fail(where, "a non-empty list of relay URLs", value)
+    relays: list[str] = []
+    for item in value:
+        try:
+            relays.append(normalize_relay(_text(item, where)))
+        except ValueError as e:
+            raise ConfigError(f"{where}: {e}") from None
+    return tuple(relays)
+
+
+@attrs.frozen
+class _Key:
+    name: str
+    parse: Parse
+    env: str | None = None
+    flag: str | None = None
+
+
+_KEYS: Final = (
+    _Key("slug", _text, env="CHALLENGE_SLUG"),
+    _Key("state_dir", _path, env="CHALLENGE_STATE_DIR"),
+    _Key("master_url", _text, env="CHALLENGE_MASTER_URL"),
+    _Key("internal_token_file", _path, env="CHALLENGE_INTERNAL_TOKEN_FILE"),
+    _Key("admin_token_file", _path, env="CHALLENGE_ADMIN_TOKEN_FILE"),
+    _Key("worker_token_file", _path, env="CHALLENGE_WORKER_TOKEN_FILE"),
+    _Key("coord_key_file", _path, env="HYPERTRAIN_COORD_KEY_FILE"),
+    _Key("owner_hotkey", _text, env="HYPERTRAIN_OWNER_HOTKEY"),
+    _Key("epoch_seconds", _int(1), env="HYPERTRAIN_EPOCH_SECONDS"),
+    _Key("epochs_per_round", _int(1), env="HYPERTRAIN_EPOCHS_PER_ROUND"),
+    _Key("vest_rounds", _int(1), env="HYPERTRAIN_VEST_ROUNDS"),
+    _Key("genesis_unix", _int(0), env="HYPERTRAIN_GENESIS_UNIX"),
+    _Key("forgive_per_epoch", _int(0)),
+    _Key("body_limit", _int(1)),
+    _Key("host", _text, flag="host"),
+    _Key("port", _int(0, 65535), flag="port"),
+    _Key("beacon", _choice("relays", "local"), flag="beacon"),
+    _Key("relays", _relays, flag="relay"),
+    _Key("local_period", _float(0.0, strict=True), flag="local_period"),
+    _Key("grace", _float(0.0, strict=False), flag="grace"),
+    _Key("log_format", _choice("text", "json"), flag="log_format"),
+)
+_BY_NAME: Final = {key.name: key for key in _KEYS}
+_DAEMON_KEYS: Final = frozenset(
+    {"host", "port", "beacon", "relays", "local_period", "grace", "log_format"}
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors become a :class:`ConfigError` (one line) instead of exiting here."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``hypertrain-daemon`` (values are checked by :func:`load_settings`)."""
+    parser = _Parser(
+        prog="hypertrain-daemon",
+        description="Run the hypertrain coordinator: HTTP API, beacon pusher and services. "
+        "Settings: CLI flags > environment (CHALLENGE_*, HYPERTRAIN_*) > --config TOML > "
+        "defaults.",
+    )
+    parser.add_argument("--config", metavar="FILE.toml", help="TOML file of settings")
+    parser.add_argument("--host", help=f"address to listen on (default {DEFAULT_HOST})")
+    parser.add_argument("--port", help=f"port to listen on, 0 for any (default {DEFAULT_PORT})")
+    parser.add_argument("--beacon", help="relays (drand quicknet, default) or local (own chain)")
+    parser.add_argument(
+        "--relay", action="append", metavar="URL", help="a drand relay (repeatable)"
+    )
+    parser.add_argument(
+        "--local-period", metavar="S", help="seconds between rounds of a new local chain"
+    )
+    parser.add_argument(
+        "--grace", metavar="S", help=f"shutdown grace in seconds (default {DEFAULT_GRACE:g})"
+    )
+    parser.add_argument("--log-format", help="text (default) or json")
+    return parser
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as e:
+        raise ConfigError(f"--config {path}: cannot read ({e.strerror})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"--config {path}: not valid TOML ({e})") from None
+    values: dict[str, Any] = {}
+    for name, raw in data.items():
+        key = _BY_NAME.get(name)
+        if key is None:
+            raise ConfigError(
+                f"{path}: unknown key {name!r} (known: {', '.join(sorted(_BY_NAME))})"
+            )
+        values[name] = key.parse(raw, f"{path}: {name}")
+    return values
+
+
+def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for key in _KEYS:
+        if key.env is not None and environ.get(key.env, "").strip():
+            values[key.name] = key.parse(environ[key.env], key.env)
+    return values
+
+
+def _from_cli(args: argparse.Namespace) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for key in _KEYS:
+        if key.flag is None:
+            continue
+        raw = getattr(args, key.flag)
+        if raw is not None:
+            values[key.name] = key.parse(raw, f"--{key.flag.replace('_', '-')}")
+    return values
+
+
+def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> DaemonSettings:
+    """Parse ``argv`` (without the program name) over ``environ`` and the TOML file, if any.
+
+    Raises :class:`ConfigError` (one line) for anything unknown or invalid. ``--help`` raises
+    ``SystemExit(0)`` after printing, as argparse does.
+    """
+    args = build_parser().parse_args(list(argv))
+    values: dict[str, Any] = {
+        "state_dir": Path(DEFAULT_STATE_DIR),
+        "master_url": DEFAULT_MASTER_URL,
+    }
+    if args.config is not None:
+        values.update(_read_toml(Path(args.config)))
+    values.update(_from_env(environ))
+    values.update(_from_cli(args))
+    daemon = {name: values.pop(name) for name in _DAEMON_KEYS if name in values}
+    if daemon.get("beacon", "relays") == "relays":
+        relays = daemon.get("relays", DEFAULT_RELAYS)
+        if len(set(relays)) < MIN_RELAYS:
+            raise ConfigError(
+                f"relays: the relays beacon needs at least {MIN_RELAYS} distinct relays "
+                f"(rounds are agreement-checked), got {len(set(relays))}"
+            )
+    try:
+        coordinator = CoordinatorSettings(**values)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"settings: {e}") from None
+    return DaemonSettings(coordinator=coordinator, **daemon)

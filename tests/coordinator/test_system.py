@@ -1,0 +1,104 @@
+"""``GET /version`` and ``GET /health`` (spec section 9)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from hypertrain.store import get_meta
+from tests.coordinator.harness import open_harness
+
+
+async def test_version_is_exactly_the_contract(tmp_path: Path) -> None:
+    async with open_harness(tmp_path) as h:
+        response = await h.client.get("/version")
+        assert response.status_code == 200
+        assert response.json() == {
+            "slug": "hypertrain",
+            "version": "0.1.0",
+            "contract": 1,
+            "capabilities": ["get_weights", "proxy_routes"],
+        }
+
+
+async def test_health_is_ok_with_everything_in_place_and_writes_the_db(tmp_path: Path) -> None:
+    async with open_harness(tmp_path) as h:
+        response = await h.client.get("/health")
+        assert (response.status_code, response.json()) == (200, {"ok": True})
+        written = await h.ctx.db.read(get_meta, "health_checked_at")
+        assert written == str(int(h.wall.now()))
+
+
+async def _health(h: Any) -> tuple[int, dict[str, Any]]:
+    response = await h.client.get("/health")
+    return response.status_code, response.json()
+
+
+async def test_health_503_without_internal_token(tmp_path: Path) -> None:
+    async with open_harness(tmp_path, internal_token_file=None) as h:
+        status, body = await _health(h)
+        assert status == 503
+        assert body["reasons"] == [
+            "internal token not configured (CHALLENGE_INTERNAL_TOKEN_FILE is unset)"
+        ]
+        assert body["detail"] == body["reasons"][0]
+    async with open_harness(tmp_path / "2") as h:
+        h.secrets.internal.unlink()
+        status, body = await _health(h)
+        assert status == 503
+        assert "internal token file unreadable" in body["reasons"][0]
+
+
+async def test_health_503_without_or_with_an_unsafe_coord_key(tmp_path: Path) -> None:
+    async with open_harness(tmp_path, coord_key_file=None, internal_token_file=None) as h:
+        status, body = await _health(h)
+        assert status == 503
+        assert len(body["reasons"]) == 2
+        assert "K_coord not configured (HYPERTRAIN_COORD_KEY_FILE is unset)" in body["reasons"]
+    async with open_harness(tmp_path / "2") as h:
+        assert (await _health(h))[0] == 200
+        h.secrets.coord_key.chmod(0o644)  # noticed at once, although the key was cached
+        status, body = await _health(h)
+        assert status == 503
+        assert body["reasons"][0].startswith("K_coord key file unusable: ")
+        assert "chmod 600" in body["reasons"][0]
+        h.secrets.coord_key.chmod(0o600)
+        assert (await _health(h))[0] == 200
+        h.secrets.coord_key.unlink()
+        status, body = await _health(h)
+        assert "K_coord key file unreadable" in body["reasons"][0]
+
+
+class _ReadOnlyDb:
+    """A database that refuses writes, as a full disk or a read-only mount would."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    async def read(self, fn: Any, *args: Any) -> Any:
+        return await self._inner.read(fn, *args)
+
+    async def write(self, fn: Any, *args: Any) -> Any:
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+
+
+async def test_health_503_when_the_database_refuses_writes(tmp_path: Path) -> None:
+    async with open_harness(tmp_path) as h:
+        h.ctx.db = _ReadOnlyDb(h.ctx.db)  # type: ignore[assignment]
+        status, body = await _health(h)
+        assert status == 503
+        assert body["reasons"] == [
+            "database not writable: OperationalError: attempt to write a readonly database"
+        ]
+
+
+async def test_coord_keypair_is_cached_by_file_identity(tmp_path: Path) -> None:
+    async with open_harness(tmp_path) as h:
+        first = h.ctx.coord_keypair()
+        assert h.ctx.coord_keypair() is first
+        h.secrets.coord_key.unlink()
+        h.secrets.coord_key.write_text(bytes(range(64, 96)).hex())
+        h.secrets.coord_key.chmod(0o600)
+        second = h.ctx.coord_keypair()
+        assert second.public_key != first.public_key

@@ -1,0 +1,123 @@
+"""The real ``hypertrain-daemon`` program as a subprocess, on real loopback sockets."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import trio
+
+from hypertrain.protocol.keys import write_seed_file
+
+DAEMON = Path(sys.executable).with_name("hypertrain-daemon")
+GRACE = 3.0
+STARTUP_TIMEOUT = 30.0
+REQUEST_TIMEOUT = httpx.Timeout(5.0)
+EXIT_MARGIN = 2.0  # seconds beyond the grace for the process to be reaped
+
+
+def _fresh_env(tmp_path: Path) -> dict[str, str]:
+    """The operator guide's local server: fresh secrets in ``tmp_path``, mode 0600."""
+    secret_dir = tmp_path / "secrets"
+    secret_dir.mkdir(mode=0o700, parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHALLENGE_", "HYPERTRAIN_"))}
+    for name in ("internal", "admin", "worker"):
+        path = secret_dir / f"{name}_token"
+        path.write_text(secrets.token_hex(32) + "\n")
+        path.chmod(0o600)
+        env[f"CHALLENGE_{name.upper()}_TOKEN_FILE"] = str(path)
+    write_seed_file(secret_dir / "coord.key", secrets.token_bytes(32))
+    env["HYPERTRAIN_COORD_KEY_FILE"] = str(secret_dir / "coord.key")
+    env["CHALLENGE_STATE_DIR"] = str(tmp_path / "data")
+    return env
+
+
+async def _read_line(stream: trio.abc.ReceiveStream) -> str:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = await stream.receive_some(1)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode()
+
+
+async def test_daemon_serves_health_and_exits_0_on_sigterm_within_the_grace(
+    tmp_path: Path,
+) -> None:
+    stderr_path = tmp_path / "stderr.log"
+    argv = [str(DAEMON), "--port", "0", "--beacon", "local", "--local-period", "0.5"]
+    argv += ["--grace", str(GRACE)]
+    stderr = stderr_path.open("wb")  # the child writes its log here; closed once it started
+    try:
+        process = await trio.lowlevel.open_process(
+            argv, env=_fresh_env(tmp_path), stdout=subprocess.PIPE, stderr=stderr
+        )
+    finally:
+        stderr.close()
+    try:
+        assert process.stdout is not None
+        with trio.fail_after(STARTUP_TIMEOUT):
+            line = await _read_line(process.stdout)
+        assert line.startswith("hypertrain-daemon listening on http://127.0.0.1:"), line
+        url = line.split()[-1]
+        async with httpx.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT) as client:
+            health = await client.get("/health")
+            assert (health.status_code, health.json()) == (200, {"ok": True})
+            assert (await client.get("/v1/beacon/latest")).json()["round"] >= 1
+            async with client.stream("GET", "/v1/events", timeout=httpx.Timeout(30.0)) as sse:
+                assert sse.status_code == 200
+                received = b""
+                with trio.fail_after(GRACE):
+                    async for chunk in sse.aiter_raw():
+                        if not received:
+                            process.send_signal(signal.SIGTERM)
+                        received += chunk
+                # The stream ended (stopping) well before the grace would have cut it.
+                assert received.startswith(b": connected\n\n")
+        with trio.fail_after(GRACE + EXIT_MARGIN):
+            code = await process.wait()
+        log = stderr_path.read_text()
+        assert code == 0, log
+        assert "SIGTERM received" in log
+        assert "shutdown cancelled the remaining work" not in log
+    finally:
+        if process.returncode is None:
+            process.kill()
+            with trio.move_on_after(EXIT_MARGIN):
+                await process.wait()
+
+
+async def _run_config_error(argv: list[str], tmp_path: Path) -> tuple[int, str]:
+    with trio.fail_after(STARTUP_TIMEOUT):
+        result = await trio.run_process(
+            [str(DAEMON), *argv],
+            env={**_fresh_env(tmp_path), "CHALLENGE_STATE_DIR": str(tmp_path / "unused")},
+            check=False,
+            capture_stdout=True,
+            capture_stderr=True,
+        )
+    assert result.stdout == b""
+    return result.returncode, result.stderr.decode()
+
+
+async def test_bad_config_exits_2_with_one_line(tmp_path: Path) -> None:
+    toml = tmp_path / "daemon.toml"
+    toml.write_text("port = 8000\nsurprise = true\n")
+    code, err = await _run_config_error(["--config", str(toml)], tmp_path)
+    assert code == 2
+    assert err.count("\n") == 1
+    assert err.startswith("hypertrain-daemon: error: ")
+    assert "unknown key 'surprise'" in err
+    code, err = await _run_config_error(["--port", "70000"], tmp_path / "2")
+    assert (code, err) == (
+        2,
+        "hypertrain-daemon: error: --port: expected an integer 0..65535, got 70000\n",
+    )
+    assert not (tmp_path / "unused").exists()
+    assert not (tmp_path / "2" / "unused").exists()
