@@ -117,8 +117,9 @@ class LocalChain:
         """The local chain stored under ``state_dir/beacon``, created on first use.
 
         At creation ``period`` defaults to :data:`DEFAULT_LOCAL_PERIOD` and ``genesis`` to the
-        clock's now (rounded to the millisecond). When the chain exists, ``None`` means "as
-        stored" and any other value must equal the stored one.
+        clock's now, floored to the whole second: a run manifest names its chain's genesis in
+        whole seconds (``beacon.genesis_time``), as drand does. When the chain exists, ``None``
+        means "as stored" and any other value must equal the stored one.
         """
         beacon_dir = Path(state_dir) / "beacon"
         beacon_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -131,7 +132,9 @@ class LocalChain:
                 write_seed_file(key_path, secrets.token_bytes(32))
             signer = LocalSigner.from_seed(load_seed(key_path))
             period_ms = want_period if want_period is not None else _to_ms(DEFAULT_LOCAL_PERIOD, "")
-            genesis_ms = want_genesis if want_genesis is not None else _to_ms(clock.now(), "now")
+            genesis_ms = (
+                want_genesis if want_genesis is not None else math.floor(clock.now()) * 1000
+            )
             info = _local_info(signer, period_ms, genesis_ms)
             _write_params(params_path, info)
             return cls(signer, info, clock)

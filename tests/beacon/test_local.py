@@ -72,9 +72,9 @@ async def test_sub_second_period_works(
         chain.round(42)
 
 
-def test_genesis_defaults_to_now_rounded_to_the_ms(tmp_path: Path) -> None:
-    chain = open_chain(tmp_path, FixedClock(EPOCH + 0.1234))
-    assert chain.info.genesis_ms == 1_700_000_000_123
+def test_genesis_defaults_to_now_floored_to_the_second(tmp_path: Path) -> None:
+    chain = open_chain(tmp_path, FixedClock(EPOCH + 0.9876))
+    assert chain.info.genesis_ms == 1_700_000_000_000
     assert chain.info.period_ms == 3000
 
 
