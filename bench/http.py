@@ -43,12 +43,14 @@ import attrs
 import httpx
 import trio
 
+from hypertrain.beacon import ChainInfo
 from hypertrain.coordinator.settings import CoordinatorSettings
 from hypertrain.daemon.main import DaemonHandle, serve_daemon
 from hypertrain.daemon.settings import DaemonSettings
 from hypertrain.protocol.envelope import seal
 from hypertrain.protocol.example import example_manifest
 from hypertrain.protocol.keys import Keypair, write_seed_file
+from hypertrain.protocol.manifest import Beacon
 from nurseries import SystemClock, serve_asgi
 
 WARMUP = 0.5
@@ -198,7 +200,12 @@ def _daemon_settings(state: Path) -> tuple[DaemonSettings, str]:
 async def _create_run(client: httpx.AsyncClient, token: str) -> str | None:
     """A created, configured, unpaused run with one miner; None (with a note) on failure."""
     auth = {"Authorization": f"Bearer {token}"}
-    manifest = example_manifest(coord_pubkey=Keypair.from_seed(bytes(range(32))).ss58)
+    info = ChainInfo.from_json((await client.get("/v1/beacon/info")).json())
+    beacon = Beacon(
+        chain_hash=info.hash, period=info.period_ms // 1000, genesis_time=info.genesis_ms // 1000
+    )
+    coord = Keypair.from_seed(bytes(range(32))).ss58
+    manifest = example_manifest(coord_pubkey=coord, beacon=beacon)
     run_id = manifest.run_id()
     steps: list[tuple[str, str, object]] = [
         ("POST", "/v1/admin/runs", seal(OWNER, "RunManifest", run_id, manifest, 2**40).to_json()),
