@@ -73,6 +73,7 @@ __all__ = [
     "RoundOpen",
     "StageState",
     "StateServe",
+    "check_deadline_order",
 ]
 
 DeltaFormat = Literal["ht-sparse-v1", "ht-dense-int8-v1"]
@@ -105,6 +106,19 @@ _segment_check = Check(_segment, "must be [a, b] with ints 0 <= a < b")
 _uri_check = Check(_sha256_suffix, "must end with the blob's sha256 hex (<= 512 chars)")
 
 
+def check_deadline_order(
+    d_open: int, d_assign: int, d_commit: int, d_audit: int, d_upload: int, d_final: int
+) -> None:
+    """The order RoundOpen's deadlines must keep (spec section 3); FieldError otherwise::
+
+    d_open < d_assign < d_commit < d_audit < d_final   and   d_commit < d_upload <= d_final
+    """
+    if not d_open < d_assign < d_commit < d_audit < d_final:
+        raise FieldError("d_final", "need d_open < d_assign < d_commit < d_audit < d_final")
+    if not d_commit < d_upload <= d_final:
+        raise FieldError("d_upload", "need d_commit < d_upload <= d_final")
+
+
 @frozen
 class RosterEntry:
     """One admitted miner in a RoundOpen: its slot and audit rate ``q_i`` (f32 hex)."""
@@ -134,10 +148,9 @@ class RoundOpen:
     d_final: int = field(validator=pos_int)
 
     def __attrs_post_init__(self) -> None:
-        if not self.d_open < self.d_assign < self.d_commit < self.d_audit < self.d_final:
-            raise FieldError("d_final", "need d_open < d_assign < d_commit < d_audit < d_final")
-        if not self.d_commit < self.d_upload <= self.d_final:
-            raise FieldError("d_upload", "need d_commit < d_upload <= d_final")
+        check_deadline_order(
+            self.d_open, self.d_assign, self.d_commit, self.d_audit, self.d_upload, self.d_final
+        )
 
 
 @frozen

@@ -27,7 +27,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from hypertrain.protocol.converter import structure, unstructure
-from hypertrain.protocol.example import QUICKNET_CHAIN_HASH, QUICKNET_GENESIS, QUICKNET_PERIOD
+from hypertrain.protocol.example import (
+    QUICKNET_CHAIN_HASH,
+    QUICKNET_GENESIS,
+    QUICKNET_PERIOD,
+    example_manifest,
+)
 from hypertrain.protocol.f32 import f32_hex
 from hypertrain.protocol.manifest import Beacon, DatasetSpec, RunManifest
 
@@ -233,18 +238,7 @@ def _inner() -> tuple[dict[str, Any], dict[str, str]]:
 
 
 def _outer() -> tuple[dict[str, Any], dict[str, str]]:
-    body: dict[str, Any] = {
-        "opt": "nesterov",
-        "lr": f32_hex(0.4),
-        "momentum": f32_hex(0.9),
-        "topk_frac": f32_hex(1.0),
-        "bits": 8,
-        "ef_beta": f32_hex(0.0),
-        "preclip_norm": f32_hex(1.0),
-        "cclip_tau": f32_hex(1.0),
-        "cclip_iters": 1,
-        "center": "prev_outer_update",
-    }
+    body: dict[str, Any] = unstructure(example_manifest().outer)
     return body, dict.fromkeys(body, _EXAMPLE) | {"center": _ONLY}
 
 

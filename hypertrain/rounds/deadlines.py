@@ -31,8 +31,8 @@ from typing import Final, Protocol
 from attrs import asdict, field, frozen
 
 from hypertrain.protocol.manifest import Timeouts
-from hypertrain.protocol.messages import RoundOpen
-from hypertrain.protocol.validators import FieldError, int_in, optional, pos_int
+from hypertrain.protocol.messages import RoundOpen, check_deadline_order
+from hypertrain.protocol.validators import int_in, optional, pos_int
 
 __all__ = [
     "MAX_FINAL_AFTER_UPLOAD",
@@ -79,10 +79,9 @@ class Deadlines:
     d_final: int = field(validator=pos_int)
 
     def __attrs_post_init__(self) -> None:
-        if not self.d_open < self.d_assign < self.d_commit < self.d_audit < self.d_final:
-            raise FieldError("d_final", "need d_open < d_assign < d_commit < d_audit < d_final")
-        if not self.d_commit < self.d_upload <= self.d_final:
-            raise FieldError("d_upload", "need d_commit < d_upload <= d_final")
+        check_deadline_order(
+            self.d_open, self.d_assign, self.d_commit, self.d_audit, self.d_upload, self.d_final
+        )
 
     @classmethod
     def of(cls, round_open: RoundOpen) -> Deadlines:
