@@ -29,11 +29,11 @@ Decisions where spec 5.4 is loose, each pinned by a test:
 - the slot of each hotkey comes from the RoundOpen roster (slots must be ``0..n-1``, once each);
   the result is ordered by slot.
 
-Speed: the round function is :func:`hypertrain.protocol.hashes.feistel_round` (about 2 us a
-call). A PRP on a domain below 2^20 tabulates it up front (``8 * 2^half`` calls, at most 8192),
-below 2^28 it fills the tables on use, above it hashes every time. The PRPs of the last 16 keys
-are cached, so the epoch PRP of a data pass is built once (~15 ms for the example's 781,250
-samples) and each further round of 8 slots x 240 samples then takes about 4 ms.
+Speed: the round function is :func:`hypertrain.protocol.hashes.feistel_round_fn` (the prefix
+hashed once). A PRP on a domain below 2^20 tabulates it up front (``8 * 2^half`` calls, at most
+8192), below 2^28 it fills the tables on use, above it hashes every time. The PRPs of the last 16
+keys are cached, so the epoch PRP of a data pass is built once; ``bench/rounds.py`` prints the
+cost of a first and of a further round of 8 slots x 240 samples.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from hypertrain.protocol.hashes import (
     assignment_hash,
     epoch_key,
     feistel_half,
-    feistel_round,
+    feistel_round_fn,
     parse_hex32,
 )
 from hypertrain.protocol.manifest import RunManifest
@@ -89,7 +89,7 @@ class FeistelPRP:
     below ``4n`` so fewer than 4 walks are expected). :meth:`inverse` walks back the same cycle.
     """
 
-    __slots__ = ("_full", "_mask", "_tables", "half", "key", "n")
+    __slots__ = ("_full", "_mask", "_round_fn", "_tables", "half", "key", "n")
 
     def __init__(self, n: int, key: bytes) -> None:
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= _U64_MAX:
@@ -101,12 +101,10 @@ class FeistelPRP:
         self.half = half = feistel_half(n)
         self._mask = (1 << half) - 1
         self._full = half <= _EAGER_MAX_HALF
+        self._round_fn = f = feistel_round_fn(n, key, half)
         self._tables: list[list[int]] | None = None
         if self._full:  # small domains: tabulate F once, then encrypt by lookups alone
-            self._tables = [
-                [feistel_round(n, key, r, x, half) for x in range(1 << half)]
-                for r in range(FEISTEL_ROUNDS)
-            ]
+            self._tables = [[f(r, x) for x in range(1 << half)] for r in range(FEISTEL_ROUNDS)]
         elif half <= _LAZY_MAX_HALF:  # -1 = not computed yet
             self._tables = [[-1] * (1 << half) for _ in range(FEISTEL_ROUNDS)]
 
@@ -116,10 +114,10 @@ class FeistelPRP:
     def _f(self, r: int, x: int) -> int:
         tables = self._tables
         if tables is None:
-            return feistel_round(self.n, self.key, r, x, self.half)
+            return self._round_fn(r, x)
         value = tables[r][x]
         if value < 0:
-            value = tables[r][x] = feistel_round(self.n, self.key, r, x, self.half)
+            value = tables[r][x] = self._round_fn(r, x)
         return value
 
     def _encrypt(self, x: int) -> int:

@@ -308,6 +308,19 @@ def test_feistel_round_layout() -> None:
             hh.feistel_round(*args)
 
 
+@given(
+    st.integers(min_value=1, max_value=2**64 - 1),
+    st.binary(min_size=32, max_size=32),
+    st.integers(min_value=0, max_value=255),
+    st.integers(min_value=0, max_value=2**32 - 1),
+    st.integers(min_value=1, max_value=32),
+)
+def test_the_fast_round_function_is_the_round_function(
+    n: int, key: bytes, r: int, x: int, half: int
+) -> None:
+    assert hh.feistel_round_fn(n, key, half)(r, x) == hh.feistel_round(n, key, r, x, half)
+
+
 @pytest.mark.parametrize(
     ("n", "half"), [(1, 1), (2, 1), (4, 1), (5, 2), (16, 2), (17, 3), (781250, 10), (2**20, 10)]
 )

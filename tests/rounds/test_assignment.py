@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import struct
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -323,15 +322,3 @@ def test_step_and_window_ids() -> None:
         step_ids(samples, 0, 6)
     with pytest.raises(ValueError, match="multiple"):
         window_ids(samples, 3, 5, 6)
-
-
-def test_eight_slots_of_240_are_fast_once_the_pass_is_warm(manifest: RunManifest) -> None:
-    roster = [(h, i) for i, h in enumerate(HOTKEYS[:8])]
-    assign(manifest, RUN_HEX, 0, SIG_A, roster, base=0)  # builds the pass's epoch PRP
-    best = float("inf")
-    for w in range(1, 4):
-        start = time.perf_counter()
-        rows = assign(manifest, RUN_HEX, w, SIG_B, roster, base=w * 1920)
-        best = min(best, time.perf_counter() - start)
-        assert sum(len(a.samples) for a in rows) == 1920
-    assert best < 0.010
