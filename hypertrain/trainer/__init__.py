@@ -1,0 +1,1 @@
+"""Deterministic model, optimizer, inner loop, leaves and delta codecs (spec section 5)."""
