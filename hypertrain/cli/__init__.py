@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from hypertrain.cli import beacon, envelope, jcs, keys, manifest
+from hypertrain.cli import beacon, datasets, envelope, jcs, keys, manifest
 from hypertrain.cli._common import (
     EXIT_INVALID,
     EXIT_USAGE,
@@ -26,7 +26,7 @@ from hypertrain.protocol.errors import KeyfileError, ProtocolError
 
 __all__ = ["GROUPS", "build_parser", "main"]
 
-GROUPS: tuple[CliGroup, ...] = (keys, envelope, jcs, beacon, manifest)
+GROUPS: tuple[CliGroup, ...] = (keys, envelope, jcs, beacon, manifest, datasets)
 """The command groups, in help order."""
 
 
