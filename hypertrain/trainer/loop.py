@@ -1,0 +1,235 @@
+"""The inner loop of one round: H AdamW steps with a leaf every J steps (spec 5.3-5.5).
+
+:func:`train_round` is what a miner runs (and an auditor in full mode); :mod:`replay` runs the
+same :class:`Stepper` over a segment. Step ``t`` (``1..H``) of round ``w``:
+
+- takes the sample ids ``samples[(t-1)*mb*ga : t*mb*ga]`` (``step_ids``) and their token rows
+  (``[mb*ga, seq_len+1]``, ids ``< vocab``), split into ``ga`` micro-batches of ``mb`` rows;
+- per micro-batch ``j`` computes ``ce_j = loss(theta, rows_j)`` and the gradients of
+  ``ce_j / ga``; gradients are summed over micro-batches in order (float32);
+- applies :func:`~hypertrain.trainer.optim.adamw_step` with ``lr = inner_lr(inner, w, t)``;
+- records ``loss_t = mean_j f64(ce_j)``.
+
+After steps ``J, 2J, ..., H`` (and before step 1, at ``t = 0``) it builds the leaf
+(:mod:`hypertrain.trainer.leaves`). ``delta = theta_start - theta_end`` per tensor (float32).
+Every entry point first calls :func:`hypertrain.trainer.determinism.check_live`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+
+from hypertrain.protocol.manifest import RunManifest
+from hypertrain.rounds.assignment import step_ids, window_ids
+from hypertrain.trainer import model as model_fn
+from hypertrain.trainer.determinism import check_live
+from hypertrain.trainer.leaves import (
+    Leaf,
+    build_leaf,
+    leaves_root,
+    metrics_root,
+    stage_states,
+    theta_distance,
+)
+from hypertrain.trainer.optim import AdamWHyper, OptState, adamw_step, start_state
+from hypertrain.trainer.params import F32Array, param_shapes
+from hypertrain.trainer.schedule import inner_lr
+
+__all__ = ["Moments", "RoundResult", "SampleSource", "StateAt", "Stepper", "train_round"]
+
+SampleSource = np.ndarray[Any, Any] | Callable[[Sequence[int]], np.ndarray[Any, Any]]
+"""Token rows in assignment order (``[B, seq_len+1]``, row ``i`` = sample ``samples[i]``), or a
+loader mapping a list of sample ids to their rows."""
+
+
+@attrs.frozen
+class Moments:
+    """An optimizer state as float32 numpy arrays (what ``carry`` hands to the next round)."""
+
+    m: dict[str, F32Array]
+    v: dict[str, F32Array]
+    step: int
+
+
+@attrs.frozen
+class StateAt:
+    """The full training state at inner step ``t`` (segment audits serve these)."""
+
+    t: int
+    theta: dict[str, F32Array]
+    opt: Moments
+
+
+@attrs.frozen
+class RoundResult:
+    """Everything a miner commits from one round (spec 5.5)."""
+
+    leaves: tuple[Leaf, ...]
+    leaves_root: str
+    metrics_root: str
+    theta_end: dict[str, F32Array]
+    opt_state_out: Moments
+    delta: dict[str, F32Array]
+    losses: tuple[float, ...]
+    tokens: int
+    leaf_states: tuple[StateAt, ...]
+
+
+def _np(tensors: dict[str, torch.Tensor]) -> dict[str, F32Array]:
+    return {n: t.detach().numpy().copy() for n, t in tensors.items()}
+
+
+class Stepper:
+    """Runs inner steps of round ``w`` from a given state and builds the leaves it passes."""
+
+    def __init__(
+        self,
+        manifest: RunManifest,
+        run_id: str,
+        w: int,
+        sample_ids: Sequence[int],
+        samples: SampleSource,
+        start: StateAt,
+    ) -> None:
+        check_live(manifest.reference_spec.env)
+        self.manifest, self.run_id, self.w = manifest, run_id, w
+        inner, model = manifest.inner, manifest.model
+        self.hyper = AdamWHyper.from_inner(inner)
+        self.per_step = inner.micro_batch * inner.grad_accum
+        if len(sample_ids) != self.per_step * inner.H:
+            raise ValueError(
+                f"{len(sample_ids)} sample ids, a round needs {self.per_step * inner.H}"
+            )
+        self.sample_ids, self.samples = [int(i) for i in sample_ids], samples
+        shapes = param_shapes(model)
+        if set(start.theta) != set(shapes) or any(
+            tuple(start.theta[n].shape) != s for n, s in shapes.items()
+        ):
+            raise ValueError("theta does not match the manifest's parameter shapes")
+        self.t = start.t
+        self.theta = {
+            n: torch.from_numpy(np.array(start.theta[n], dtype=np.float32)).requires_grad_(True)
+            for n in shapes
+        }
+        carried = (start.opt.m, start.opt.v, start.opt.step)
+        self.opt: OptState = start_state(inner, self.theta, carried)
+        self.prev_leaf_theta = _np(self.theta)
+        self.losses: list[float] = []
+
+    def state(self) -> StateAt:
+        """A copy of the current state."""
+        m, v = _np(self.opt.m), _np(self.opt.v)
+        return StateAt(t=self.t, theta=_np(self.theta), opt=Moments(m=m, v=v, step=self.opt.step))
+
+    def _rows(self, t: int) -> torch.Tensor:
+        ids = step_ids(self.sample_ids, t, self.per_step)
+        if callable(self.samples):
+            rows = np.asarray(self.samples(ids))
+        else:
+            rows = np.asarray(self.samples[(t - 1) * self.per_step : t * self.per_step])
+        model = self.manifest.model
+        if rows.shape != (self.per_step, model.seq_len + 1) or rows.dtype.kind not in "ui":
+            raise ValueError(f"step {t}: token rows {rows.dtype} {rows.shape} do not fit")
+        if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= model.vocab):
+            raise ValueError(f"step {t}: a token id is outside [0, {model.vocab})")
+        return torch.from_numpy(rows.astype(np.int64))
+
+    def step(self) -> None:
+        """One inner step (module docstring)."""
+        inner = self.manifest.inner
+        t = self.t + 1
+        rows = self._rows(t)
+        names = list(self.theta)
+        params = [self.theta[n] for n in names]
+        total: list[torch.Tensor] | None = None
+        ce_sum = 0.0
+        for j in range(inner.grad_accum):
+            mb = rows[j * inner.micro_batch : (j + 1) * inner.micro_batch]
+            ce = model_fn.loss(self.theta, mb, self.manifest.model)
+            grads = torch.autograd.grad(ce / inner.grad_accum, params)
+            total = (
+                list(grads) if total is None else [a + b for a, b in zip(total, grads, strict=True)]
+            )
+            ce_sum += float(ce.detach())
+        assert total is not None  # grad_accum >= 1
+        lr = inner_lr(inner, self.w, t)
+        adamw_step(self.theta, dict(zip(names, total, strict=True)), self.opt, lr, self.hyper)
+        self.losses.append(ce_sum / inner.grad_accum)
+        self.t = t
+
+    def leaf(self) -> Leaf:
+        """The leaf at the current step; resets the reference theta of the next leaf's norm."""
+        inner, t = self.manifest.inner, self.t
+        theta = _np(self.theta)
+        at_start = t == 0
+        if not at_start and self.t - len(self.losses) >= t:
+            raise ValueError(f"no step was run towards leaf t={t}: its loss is unknown")
+        stages = stage_states(
+            theta,
+            _np(self.opt.m),
+            _np(self.opt.v),
+            self.manifest.model.n_layers,
+            self.manifest.reference_spec.layout.pp,
+        )
+        leaf = build_leaf(
+            run_id=self.run_id,
+            w=self.w,
+            t=t,
+            stages=stages,
+            window_ids=window_ids(self.sample_ids, t, inner.J, self.per_step),
+            loss=0.0 if at_start else self.losses[-1],
+            norm=0.0 if at_start else theta_distance(theta, self.prev_leaf_theta),
+        )
+        self.prev_leaf_theta = theta
+        return leaf
+
+
+def train_round(
+    manifest: RunManifest,
+    run_id: str,
+    w: int,
+    theta_start: dict[str, F32Array],
+    sample_ids: Sequence[int],
+    samples: SampleSource,
+    opt_state_in: Moments | None = None,
+    *,
+    keep_leaf_states: bool = False,
+) -> RoundResult:
+    """Train round ``w`` from ``theta_start`` (module docstring).
+
+    ``opt_state_in`` is the miner's own previous round-end state under ``carry`` (None: reset
+    state, as in round 0); it is ignored under ``reset``. ``keep_leaf_states`` keeps the state at
+    every leaf (what a miner serves to segment audits).
+    """
+    zeros = {n: np.zeros_like(p) for n, p in theta_start.items()}
+    carried = opt_state_in
+    if carried is None or manifest.inner.state_policy == "reset":
+        carried = Moments(m=zeros, v=dict(zeros), step=0)
+    start = StateAt(t=0, theta=theta_start, opt=carried)
+    stepper = Stepper(manifest, run_id, w, sample_ids, samples, start)
+    leaves = [stepper.leaf()]
+    states = [stepper.state()] if keep_leaf_states else []
+    for t in range(1, manifest.inner.H + 1):
+        stepper.step()
+        if t % manifest.inner.J == 0:
+            leaves.append(stepper.leaf())
+            if keep_leaf_states:
+                states.append(stepper.state())
+    end = stepper.state()
+    delta = {n: (np.asarray(theta_start[n], dtype=np.float32) - end.theta[n]) for n in end.theta}
+    return RoundResult(
+        leaves=tuple(leaves),
+        leaves_root=leaves_root(leaves),
+        metrics_root=metrics_root(leaves),
+        theta_end=end.theta,
+        opt_state_out=end.opt,
+        delta=delta,
+        losses=tuple(stepper.losses),
+        tokens=len(sample_ids) * manifest.model.seq_len,
+        leaf_states=tuple(states),
+    )

@@ -1,0 +1,85 @@
+"""The functional decoder (spec 5.2): loss at init, embedding backward, RoPE, causality."""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import numpy as np
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+from hypertrain.protocol.manifest import RunManifest
+from hypertrain.trainer.model import embed, loss, rms_norm, rope_tables
+from hypertrain.trainer.params import init_params
+
+
+def _params(manifest: RunManifest) -> dict[str, torch.Tensor]:
+    return {
+        n: torch.from_numpy(p).requires_grad_(True) for n, p in init_params(manifest.model).items()
+    }
+
+
+def _tokens(manifest: RunManifest, batch: int, seed: int) -> torch.Tensor:
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, manifest.model.vocab, size=(batch, manifest.model.seq_len + 1))
+    return torch.from_numpy(rows.astype(np.int64))
+
+
+def test_loss_at_init_is_about_ln_vocab(manifest: RunManifest) -> None:
+    value = loss(_params(manifest), _tokens(manifest, 4, 0), manifest.model)
+    assert value.dtype == torch.float32
+    assert value.dim() == 0
+    assert abs(float(value.detach()) - math.log(manifest.model.vocab)) < 0.1
+
+
+def test_loss_is_causal(manifest: RunManifest) -> None:
+    """Changing a late token leaves the loss of every earlier prefix bit for bit unchanged."""
+    params = _params(manifest)
+    tokens = _tokens(manifest, 1, 1)
+    changed = tokens.clone()
+    changed[0, -2] = (changed[0, -2] + 1) % manifest.model.vocab
+    model = manifest.model
+    prefix_a = loss(params, tokens[:, :-2], attrs.evolve(model, seq_len=model.seq_len - 2))
+    prefix_b = loss(params, changed[:, :-2], attrs.evolve(model, seq_len=model.seq_len - 2))
+    assert torch.equal(prefix_a, prefix_b)
+    assert not torch.equal(loss(params, tokens, model), loss(params, changed, model))
+
+
+def test_embedding_backward_is_the_sorted_segment_sum() -> None:
+    torch.manual_seed(0)
+    weight = torch.randn(7, 5, requires_grad=True)
+    idx = torch.tensor([[3, 1, 3, 3], [0, 1, 6, 3]])
+    upstream = torch.randn(2, 4, 5)
+    (ours,) = torch.autograd.grad((embed(weight, idx) * upstream).sum(), [weight])
+    ref = torch.zeros(7, 5)
+    flat_idx, rows = idx.reshape(-1).tolist(), upstream.reshape(-1, 5)
+    for i, row in enumerate(flat_idx):  # left-to-right sum of occurrences, in token order
+        ref[row] = ref[row] + rows[i]
+    assert torch.equal(ours, ref)
+    (torch_grad,) = torch.autograd.grad((F.embedding(idx, weight) * upstream).sum(), [weight])
+    torch.testing.assert_close(ours, torch_grad)
+    assert torch.equal(embed(weight, idx), F.embedding(idx, weight))
+
+
+def test_rope_tables_are_float64_host_values() -> None:
+    cos, sin = rope_tables(5, 8, 10000)
+    assert cos.dtype == torch.float32
+    assert cos.shape == (5, 4)
+    angle = 3 * 10000.0 ** (-2.0 * 2 / 8)
+    assert float(cos[3, 2]) == float(np.float32(math.cos(angle)))
+    assert float(sin[3, 2]) == float(np.float32(math.sin(angle)))
+
+
+def test_rms_norm_math() -> None:
+    x = torch.tensor([[3.0, 4.0]])
+    w = torch.tensor([1.0, 2.0])
+    expected = x / math.sqrt((9 + 16) / 2 + 1e-6) * w
+    torch.testing.assert_close(rms_norm(x, w), expected)
+
+
+def test_gradients_reach_every_parameter(manifest: RunManifest) -> None:
+    params = _params(manifest)
+    value = loss(params, _tokens(manifest, 2, 2), manifest.model)
+    grads = torch.autograd.grad(value, list(params.values()))
+    assert all(float(g.abs().sum()) > 0 for g in grads)
