@@ -18,6 +18,7 @@ import pytest
 
 from hypertrain.beacon.chain import QUICKNET
 from hypertrain.cli import build_parser, main
+from hypertrain.datasets import BuildOptions, SourceRoot, build
 from hypertrain.protocol import testmode
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.envelope import NEVER, verify
@@ -30,6 +31,8 @@ from hypertrain.protocol.example import (
 from hypertrain.protocol.jcs import body_digest
 from hypertrain.protocol.keys import Keypair, write_seed_file
 from hypertrain.protocol.manifest import Beacon, DatasetSpec, RunManifest
+from hypertrain.protocol.tensorhash import th_hex
+from hypertrain.trainer.params import init_params, init_state_hash
 
 Capture = pytest.CaptureFixture[str]
 
@@ -353,3 +356,55 @@ def test_bad_json_exits_1(owner_seed: Path, tmp_path: Path, capsys: Capture) -> 
     path.write_text("{not json")
     assert main(["manifest", "seal", "--owner-seed", str(owner_seed), "--in", str(path)]) == 1
     _one_error_line(capsys)
+
+
+# --- the real init state and a built data set --------------------------------------------------
+
+
+def test_example_carries_the_trainers_init_state_hash(example: dict[str, Any]) -> None:
+    manifest = structure(RunManifest, example["manifest"])
+    assert manifest.init_state_hash == init_state_hash(manifest.model)
+    assert manifest.init_state_hash == th_hex(init_params(manifest.model))
+    assert not example["provenance"]["init_state_hash"].startswith(testmode.PLACEHOLDER)
+
+
+def test_example_takes_the_dataset_section_of_a_built_data_set(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    built = build(
+        BuildOptions(
+            sources=(SourceRoot(path=_corpus(tmp_path), label="corpus"),),
+            out=tmp_path / "data",
+            seq_len=64,
+            samples_per_shard=4,
+            holdout_frac=0.1,
+            salt=bytes(32),
+        )
+    )
+    doc = _run(["manifest", "example", "--dataset-dir", str(tmp_path / "data")], capsys)
+    assert doc["manifest"]["dataset"] == built.fragment()
+    for name in built.fragment():
+        assert "datasets build" in doc["provenance"][f"dataset.{name}"]
+
+
+def test_a_data_set_of_another_seq_len_is_refused(tmp_path: Path, capsys: Capture) -> None:
+    build(
+        BuildOptions(
+            sources=(SourceRoot(path=_corpus(tmp_path), label="corpus"),),
+            out=tmp_path / "data",
+            seq_len=32,
+            samples_per_shard=4,
+            holdout_frac=0.1,
+            salt=bytes(32),
+        )
+    )
+    assert main(["manifest", "example", "--dataset-dir", str(tmp_path / "data")]) == 2
+    assert "seq_len 32" in _one_error_line(capsys)
+    assert main(["manifest", "example", "--dataset-dir", str(tmp_path / "nothing")]) == 2
+    assert "manifest.json" in _one_error_line(capsys)
+
+
+def _corpus(tmp_path: Path) -> Path:
+    path = tmp_path / "corpus.txt"
+    path.write_text("def f(x):\n    return x * 2\n" * 200, encoding="utf-8")
+    return path

@@ -16,6 +16,7 @@ Exit status: 0 ok; 1 an invalid manifest or bad JSON; 2 usage, key file or chain
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from hypertrain.beacon.chain import ChainInfo
@@ -30,14 +31,17 @@ from hypertrain.cli._common import (
     read_json,
 )
 from hypertrain.cli.beacon import load_chain
+from hypertrain.datasets.errors import DatasetError
+from hypertrain.datasets.manifest import MANIFEST_FILE, DatasetManifest, load_record
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.envelope import NEVER, json_equal, seal
 from hypertrain.protocol.errors import SchemaError
 from hypertrain.protocol.example import EXAMPLE_COORD_SEED
 from hypertrain.protocol.keys import Keypair, load_keypair
-from hypertrain.protocol.manifest import Beacon, RunManifest
+from hypertrain.protocol.manifest import Beacon, DatasetSpec, ModelSpec, RunManifest
 from hypertrain.protocol.testmode import build_test_mode_manifest
 from hypertrain.protocol.validators import is_ss58_address
+from hypertrain.trainer.params import init_state_hash
 
 __all__ = ["beacon_of_chain", "register"]
 
@@ -66,12 +70,37 @@ def beacon_of_chain(chain: ChainInfo) -> Beacon:
     )
 
 
+def _test_mode_model() -> ModelSpec:
+    """The test-mode model section (the coordinator and beacon do not change it)."""
+    manifest, _ = build_test_mode_manifest(coord_pubkey=Keypair.from_seed(EXAMPLE_COORD_SEED).ss58)
+    return manifest.model
+
+
+def _dataset_of(directory: Path, seq_len: int) -> DatasetSpec:
+    """The ``dataset`` section of a built data set; CliError (exit 2) if it does not fit."""
+    try:
+        built = load_record(DatasetManifest, directory / MANIFEST_FILE)
+        built.check_counts()
+    except DatasetError as e:
+        raise CliError(f"--dataset-dir {directory}: {e}") from None
+    if built.seq_len != seq_len:
+        raise CliError(
+            f"--dataset-dir {directory}: samples of seq_len {built.seq_len}, the model needs "
+            f"{seq_len} (datasets build --seq-len {seq_len})"
+        )
+    return built.dataset_spec()
+
+
 def _example(args: argparse.Namespace) -> int:
     if args.coord_key is not None:
         coord = load_keypair(args.coord_key).ss58
     else:
         coord = args.coord_pubkey or Keypair.from_seed(EXAMPLE_COORD_SEED).ss58
     beacon = None if args.chain == "quicknet" else beacon_of_chain(load_chain(args.chain))
+    model = _test_mode_model()
+    dataset = (
+        None if args.dataset_dir is None else _dataset_of(Path(args.dataset_dir), model.seq_len)
+    )
     try:
         manifest, provenance = build_test_mode_manifest(
             coord_pubkey=coord,
@@ -79,6 +108,8 @@ def _example(args: argparse.Namespace) -> int:
             beacon=beacon,
             epochs_per_round=args.epochs_per_round,
             vest_rounds=args.vest_rounds,
+            dataset=dataset,
+            init_state_hash=init_state_hash(model),
         )
     except SchemaError as e:
         raise CliError(f"the options give an invalid manifest: {e.detail}", EXIT_USAGE) from None
@@ -86,6 +117,13 @@ def _example(args: argparse.Namespace) -> int:
         raise CliError(str(e), EXIT_USAGE) from None
     if args.coord_key is None and args.coord_pubkey is None:
         provenance["coord_pubkey"] = _DEFAULT_COORD_SOURCE
+    provenance["init_state_hash"] = (
+        "TH of the initial parameters: hypertrain.trainer.init_params of the model section "
+        "(Philox init keyed by init_seed, spec section 5.2)"
+    )
+    if dataset is not None:
+        for name in unstructure(dataset):
+            provenance[f"dataset.{name}"] = f"{args.dataset_dir}/manifest.json (datasets build)"
     body = unstructure(manifest)
     print_json({"manifest": body, "provenance": provenance, "run_id": manifest.run_id()})
     return EXIT_OK
@@ -137,6 +175,11 @@ def _add_example(commands: Subparsers[Any]) -> None:
         default="quicknet",
         metavar="quicknet|FILE",
         help="drand quicknet (default) or a chain's /info JSON file (its hash, period, genesis)",
+    )
+    example.add_argument(
+        "--dataset-dir",
+        metavar="DIR",
+        help="a data set built by 'hypertrain datasets build' (default: labelled placeholders)",
     )
     example.add_argument(
         "--epochs-per-round",
