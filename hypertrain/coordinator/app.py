@@ -13,7 +13,14 @@ from typing import Final
 
 from quart_trio import QuartTrio
 
-from hypertrain.coordinator import routes_beacon, routes_events, routes_runs, routes_system
+from hypertrain.coordinator import (
+    routes_beacon,
+    routes_events,
+    routes_miner,
+    routes_objects,
+    routes_runs,
+    routes_system,
+)
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.http import BODY_TIMEOUT, install_error_handlers
 
@@ -27,6 +34,8 @@ ROUTE_MODULES: Final[tuple[Register, ...]] = (
     routes_beacon.register,
     routes_events.register,
     routes_runs.register,
+    routes_miner.register,
+    routes_objects.register,
 )
 """The ``register`` functions ``create_app`` calls, in order."""
 

@@ -18,10 +18,11 @@ import json
 import sqlite3
 from typing import Any
 
-from attrs import frozen
+from attrs import field, frozen
 
 from hypertrain.beacon.ingest import get_round, latest_round
 from hypertrain.coordinator.lifecycle import parse_manifest
+from hypertrain.coordinator.minerstore import MinerRow, StateRow, get_round_state, miner_details
 from hypertrain.coordinator.roundstore import (
     RoundRow,
     get_round_row,
@@ -93,6 +94,10 @@ class RoundFacts:
     audit_signature: str | None
     """Stored signature of beacon round ``d_audit`` (None before it is stored)."""
     miners: list[tuple[str, int, str]]
+    details: dict[str, MinerRow] = field(factory=dict)
+    """Each miner's posted messages, by hotkey (absent: nothing posted)."""
+    start_state: StateRow | None = None
+    """The published start state of the round (PUT .../rounds/{w}/state), or None."""
 
     @property
     def assignment_due(self) -> bool:
@@ -118,6 +123,8 @@ def round_facts(conn: sqlite3.Connection, run_id: str, w: int) -> RoundFacts:
         assign_signature=None if assign_round is None else assign_round.signature,
         audit_signature=None if audit_round is None else audit_round.signature,
         miners=miner_rows(conn, run_id, w),
+        details=miner_details(conn, run_id, w),
+        start_state=get_round_state(conn, run_id, w),
     )
 
 
@@ -136,9 +143,23 @@ def derive_assignment(facts: RoundFacts) -> list[Assignment] | None:
     )
 
 
+_NOTHING_POSTED = {"received_round": None, "commit": None, "receipt": None, "delta_manifest": None}
+
+
+def _posted(facts: RoundFacts, hotkey: str) -> dict[str, Any]:
+    row = facts.details.get(hotkey)
+    return dict(_NOTHING_POSTED) if row is None else row.view_json()
+
+
 def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[str, Any]:
-    """The round view JSON (spec 9); ``assignment`` from :func:`derive_assignment`."""
+    """The round view JSON (spec 9); ``assignment`` from :func:`derive_assignment`.
+
+    Beyond spec 9: ``state_sha256`` / ``v0_sha256`` name the published start state blob(s) of
+    the round (null until ``PUT /v1/aggregator/runs/{id}/rounds/{w}/state``), and each
+    ``miners[]`` item carries the Commit, Receipt and DeltaManifest envelopes once posted.
+    """
     deadlines = facts.round.deadlines
+    state = facts.start_state
     return {
         "run_id": facts.run.run_id,
         "w": facts.round.w,
@@ -146,6 +167,8 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
         "now_round": facts.D,
         "round_open": facts.round.envelope_json(),
         "base": facts.round.base,
+        "state_sha256": None if state is None else state.theta_start_sha256,
+        "v0_sha256": None if state is None else state.v0_sha256,
         "assignment": None if assignment is None else [a.to_json() for a in assignment],
         "assignment_beacon_round": deadlines.d_assign,
         "assignment_beacon_signature": facts.assign_signature,
@@ -158,10 +181,7 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
                 "slot": slot,
                 "status": status,
                 "selected": False,
-                "received_round": None,
-                "commit": None,
-                "receipt": None,
-                "delta_manifest": None,
+                **_posted(facts, hotkey),
                 "verdict": None,
             }
             for hotkey, slot, status in facts.miners

@@ -1,0 +1,110 @@
+"""The miner's round routes (spec 9): accept, commit, leaves, uploads, delta.
+
+=====================================  ====================================================
+``POST /v1/runs/{id}/accept``          Accept envelope -> ``{w, hotkey, status, slot}``
+``POST /v1/runs/{id}/commit``          Commit envelope -> ``{status, receipt}``
+``POST /v1/runs/{id}/leaves``          ``{w, hotkey, preimages, ef_in_sha256?}``
+``POST /v1/runs/{id}/uploads``         ``{w, hotkey, sha256}`` -> ``{method, sha256, url}``
+``POST /v1/runs/{id}/delta``           DeltaManifest envelope -> ``{w, hotkey, status}``
+=====================================  ====================================================
+
+The decisions and statuses are :mod:`hypertrain.coordinator.minerflow`'s; each request is one
+read of its body and one write transaction. A Commit re-posted byte for byte answers 409
+``{"detail": ..., "receipt": <stored Receipt envelope>}``, so a client that lost the first
+answer recovers its receipt.
+
+Metagraph (spec 9, "(M)"): before the write, the signer (envelopes) or body hotkey (unsigned
+routes) goes through a :class:`Metagraph`. The default, :class:`RosterOnly`, lets the roster be
+the registry (every route still refuses hotkeys not rostered in the round, 403). A deployment
+with a Cortex master passes its own implementation to :func:`register` (403 unregistered, 503
+metagraph down).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from quart import Response
+from quart_trio import QuartTrio
+
+from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.http import json_response, read_json
+from hypertrain.coordinator.minerflow import (
+    DuplicateCommit,
+    LeavesRequest,
+    UploadRequest,
+    grant_upload,
+    post_accept,
+    post_commit,
+    post_delta,
+    post_leaves,
+    signer_of,
+)
+from hypertrain.protocol.converter import structure
+
+__all__ = ["Metagraph", "RosterOnly", "register"]
+
+
+class Metagraph(Protocol):
+    """Whether a hotkey is registered on the host network's metagraph."""
+
+    async def check(self, hotkey: str) -> None:
+        """Return if ``hotkey`` is registered; raise ``UnauthorizedSigner`` (403) if not, or
+        ``NotConfigured`` (503) when the metagraph cannot be asked."""
+
+
+class RosterOnly:
+    """The default :class:`Metagraph`: every hotkey passes; the run's roster decides."""
+
+    async def check(self, hotkey: str) -> None:
+        """Accept ``hotkey``."""
+        del hotkey
+
+
+def register(app: QuartTrio, ctx: Coordinator, *, metagraph: Metagraph | None = None) -> None:
+    """Add the miner routes to ``app``."""
+    members: Metagraph = RosterOnly() if metagraph is None else metagraph
+
+    async def accept(run_id: str) -> Response:
+        raw = await read_json(ctx)
+        await members.check(signer_of(raw))
+        return json_response(await ctx.db.write(post_accept, raw, run_id))
+
+    async def commit(run_id: str) -> Response:
+        raw = await read_json(ctx)
+        await members.check(signer_of(raw))
+        coord = ctx.coord_keypair()
+        try:
+            answer = await ctx.db.write(post_commit, raw, run_id, coord)
+        except DuplicateCommit as e:
+            return json_response({"detail": e.detail, "receipt": e.receipt}, e.status)
+        return json_response(answer)
+
+    async def leaves(run_id: str) -> Response:
+        req = structure(LeavesRequest, await read_json(ctx))
+        await members.check(req.hotkey)
+        return json_response(await ctx.db.write(post_leaves, run_id, req))
+
+    async def uploads(run_id: str) -> Response:
+        req = structure(UploadRequest, await read_json(ctx))
+        await members.check(req.hotkey)
+        grant_id = secrets.token_hex(16)
+        return json_response(await ctx.db.write(grant_upload, run_id, req, grant_id))
+
+    async def delta(run_id: str) -> Response:
+        raw = await read_json(ctx)
+        await members.check(signer_of(raw))
+        return json_response(await ctx.db.write(post_delta, raw, run_id, ctx.objects.exists))
+
+    runs = "/v1/runs/<run_id>"
+    rules: list[tuple[str, str, Callable[..., Awaitable[Response]]]] = [
+        (f"{runs}/accept", "accept", accept),
+        (f"{runs}/commit", "commit", commit),
+        (f"{runs}/leaves", "leaves", leaves),
+        (f"{runs}/uploads", "uploads", uploads),
+        (f"{runs}/delta", "delta", delta),
+    ]
+    for rule, name, view in rules:
+        app.add_url_rule(rule, f"miner.{name}", view, methods=["POST"])

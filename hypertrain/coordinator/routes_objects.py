@@ -1,0 +1,165 @@
+"""Object routes: downloads, granted delta uploads and the admin start-state publish (spec 9).
+
+=================================================  ==========================================
+``GET /v1/objects/{sha256}``                        raw bytes; worker token or signed headers
+``PUT /v1/uploads/{grant}``                         raw bytes of a granted delta
+``PUT /v1/aggregator/runs/{id}/rounds/{w}/state``   admin: publish round ``w``'s start state
+=================================================  ==========================================
+
+Downloads: 400 for a bad key, 404 for an unknown object. A request with an ``Authorization``
+header (or without any ``X-HT-*`` header) needs the worker token (401/503); otherwise the four
+signed headers of :mod:`hypertrain.protocol.object_auth` (400 malformed or expired, 401 bad
+signature) of a hotkey on the run's roster, neither removed nor blacklisted (403). The body is
+streamed from the store, which verifies the hash before the first chunk and again at the end.
+
+Uploads: the grant (from ``POST .../uploads``) names the object's sha256 and size; unknown grant
+404, expired (``D >= d_upload``) 409. The body is streamed into
+:meth:`~hypertrain.store.ObjectStore.put_stream` with both declared, so a wrong hash or size is
+422 (a longer body too) and stores nothing; an object already stored answers 200 without
+reading the body. These bodies are megabytes: this module installs a request class that
+lifts the app's 1 MiB ``MAX_CONTENT_LENGTH`` to
+:data:`~hypertrain.coordinator.minerflow.MAX_UPLOAD_BYTES` for paths under ``/v1/uploads/``
+only (the grant's exact size is the real bound).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, Final
+
+import trio
+from quart import Response, request
+from quart_trio import QuartTrio
+from quart_trio.wrappers import TrioRequest
+
+from hypertrain.beacon.ingest import latest_round
+from hypertrain.coordinator.auth import require_admin, require_worker
+from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.http import json_response, read_json
+from hypertrain.coordinator.minerflow import MAX_UPLOAD_BYTES
+from hypertrain.coordinator.minerstore import GrantRow, get_grant, is_active_member
+from hypertrain.coordinator.startstate import (
+    StateRequest,
+    check_state_blob,
+    publish_state,
+    state_target,
+)
+from hypertrain.protocol.converter import structure
+from hypertrain.protocol.errors import (
+    Conflict,
+    ContractMismatch,
+    Malformed,
+    NotFound,
+    PayloadTooLarge,
+    UnauthorizedSigner,
+)
+from hypertrain.protocol.object_auth import has_signed_headers, verify_headers
+from hypertrain.store.catalog import record_object
+from hypertrain.store.objects import check_key
+
+__all__ = ["UPLOAD_PREFIX", "UPLOAD_TIMEOUT", "UploadAwareRequest", "register"]
+
+UPLOAD_PREFIX: Final = "/v1/uploads/"
+UPLOAD_TIMEOUT: Final = 600.0
+"""Seconds (Trio clock) a client may take to send one delta upload."""
+_GRANT_LEN: Final = 32
+
+
+class UploadAwareRequest(TrioRequest):
+    """quart-trio's request, with the upload paths' body limit raised (module doc)."""
+
+    def __init__(self, method: str, scheme: str, path: str, *args: Any, **kwargs: Any) -> None:
+        if path.startswith(UPLOAD_PREFIX):
+            kwargs["max_content_length"] = MAX_UPLOAD_BYTES
+        super().__init__(method, scheme, path, *args, **kwargs)
+
+
+def upload_grant(conn: sqlite3.Connection, grant_id: str) -> GrantRow:
+    """The usable grant ``grant_id``: 404 unknown, 409 expired at ``d_upload``."""
+    grant = None
+    if len(grant_id) == _GRANT_LEN and all(c in "0123456789abcdef" for c in grant_id):
+        grant = get_grant(conn, grant_id)
+    if grant is None:
+        raise NotFound(f"unknown upload grant {grant_id!r}")
+    now = latest_round(conn)
+    if now >= grant.expires_round:
+        raise Conflict(f"upload grant expired at d_upload = {grant.expires_round} (D = {now})")
+    return grant
+
+
+def register(app: QuartTrio, ctx: Coordinator) -> None:
+    """Add the object routes to ``app`` (and its upload-aware request class)."""
+    assert app.request_class in (TrioRequest, UploadAwareRequest), app.request_class
+    app.request_class = UploadAwareRequest
+
+    async def authorize(sha256: str) -> None:
+        headers = request.headers
+        if headers.get("Authorization") is not None or not has_signed_headers(headers):
+            await require_worker(ctx)
+            return
+        signer = verify_headers(headers, sha256, now_round=ctx.beacon.latest)
+        if not await ctx.db.read(is_active_member, signer.run_id, signer.hotkey):
+            raise UnauthorizedSigner(f"{signer.hotkey} is not rostered in run {signer.run_id}")
+
+    async def get_object(sha256: str) -> Response:
+        check_key(sha256)
+        await authorize(sha256)
+        size = ctx.objects.size_of(sha256)
+
+        async def chunks() -> Any:
+            async with ctx.objects.open_read(sha256) as reader:
+                async for chunk in reader:
+                    yield chunk
+
+        response = Response(chunks(), content_type="application/octet-stream")
+        response.headers["Content-Length"] = str(size)
+        response.timeout = None
+        return response
+
+    async def put_upload(grant_id: str) -> Response:
+        grant = await ctx.db.read(upload_grant, grant_id)
+        if not ctx.objects.exists(grant.sha256):
+            try:
+                with trio.fail_after(UPLOAD_TIMEOUT):
+                    info = await ctx.objects.put_stream(
+                        request.body,
+                        expected_sha256=grant.sha256,
+                        size_cap=grant.size,
+                        expected_size=grant.size,
+                    )
+            except trio.TooSlowError:
+                raise Malformed(f"upload not received within {UPLOAD_TIMEOUT:g} s") from None
+            except PayloadTooLarge:
+                raise ContractMismatch(
+                    f"object is longer than the committed delta_bytes {grant.size}"
+                ) from None
+            await ctx.db.write(record_object, info, int(ctx.wall.now()))
+        return json_response({"sha256": grant.sha256, "size": grant.size})
+
+    async def put_state(run_id: str, w: int) -> Response:
+        await require_admin(ctx)
+        wanted = structure(StateRequest, await read_json(ctx))
+        theta_hash, published = await ctx.db.read(state_target, run_id, w, wanted.row)
+        if not published:
+            for what, sha in (("theta_start", wanted.theta_start_sha256), ("v0", wanted.v0_sha256)):
+                if sha is not None and not ctx.objects.exists(sha):
+                    raise Conflict(f"{what} object {sha} is not in the object store")
+            check_state_blob(await ctx.objects.get(wanted.theta_start_sha256), theta_hash)
+            await ctx.db.write(publish_state, run_id, w, wanted.row)
+        return json_response(
+            {
+                "run_id": run_id,
+                "w": w,
+                "theta_start_sha256": wanted.theta_start_sha256,
+                "v0_sha256": wanted.v0_sha256,
+            }
+        )
+
+    app.add_url_rule("/v1/objects/<sha256>", "objects.get", get_object, methods=["GET"])
+    app.add_url_rule(f"{UPLOAD_PREFIX}<grant_id>", "objects.upload", put_upload, methods=["PUT"])
+    app.add_url_rule(
+        "/v1/aggregator/runs/<run_id>/rounds/<int:w>/state",
+        "objects.state",
+        put_state,
+        methods=["PUT"],
+    )
