@@ -1,0 +1,161 @@
+"""``hypertrain-miner``: the miner client's command line.
+
+::
+
+    hypertrain-miner join --api URL --run-id ID --keyfile F [--hardware JSON]
+    hypertrain-miner run --config miner.toml [--rounds N] [--start W]
+                         [--honeypot honest|fabricate|last_step|noise]
+
+``join`` prints ``{run_id, hotkey, hardware, sig}`` (sig: ed25519 over
+:func:`~hypertrain.protocol.hashes.join_request_bytes`, hex) for the operator, who admits the
+miner with ``PUT /v1/admin/runs/{id}/roster/{hotkey}`` (no public join route in contract v1).
+
+``run`` prints one progress line per phase on stderr and a JSON summary on stdout. Exit status:
+0 every asked round reached UPLOADED; 1 otherwise (skipped, aborted, excluded, failed, a network
+failure, or interrupted by SIGINT/SIGTERM); 2 a config, key, dataset, determinism or protocol
+error (one line on stderr, no traceback). Torch is imported only once the manifest's
+``reference_spec.env`` is applied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, Final
+
+import httpx
+import trio
+
+from hypertrain.cli._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE, OneLineParser, print_json
+from hypertrain.miner.client import ApiError
+from hypertrain.miner.config import ConfigError, load_config
+from hypertrain.miner.honeypot import HoneypotMode
+from hypertrain.miner.session import MinerFatal, Summary, run_miner
+from hypertrain.protocol.errors import HypertrainError, KeyfileError
+from hypertrain.protocol.hashes import join_request_bytes
+from hypertrain.protocol.keys import load_keypair
+from hypertrain.protocol.validators import is_hex64
+from nurseries import open_supervisor
+
+__all__ = ["SHUTDOWN_GRACE_SECONDS", "build_parser", "main"]
+
+SHUTDOWN_GRACE_SECONDS: Final = 10.0
+"""After SIGINT/SIGTERM, how long the current HTTP call may finish before it is cancelled."""
+_PROG: Final = "hypertrain-miner"
+
+
+def _fail(message: str, code: int) -> int:
+    sys.stderr.write(f"{_PROG}: {' '.join(str(message).split())}\n")
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``hypertrain-miner`` argument parser."""
+    parser = OneLineParser(prog=_PROG, description="The hypertrain miner client (spec 5.6).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    join = sub.add_parser("join", help="print a signed join request for the operator")
+    join.add_argument("--api", required=True, help="the challenge API base URL")
+    join.add_argument("--run-id", required=True, help="the run to join (64 hex chars)")
+    join.add_argument("--keyfile", required=True, help="the miner's seed file")
+    join.add_argument("--hardware", default="{}", help="a JSON object describing the hardware")
+    run = sub.add_parser("run", help="mine rounds of a run")
+    run.add_argument("--config", required=True, help="the miner.toml file")
+    run.add_argument("--rounds", type=int, default=1, help="how many rounds to mine (default 1)")
+    run.add_argument("--start", type=int, default=None, help="the first round (default: resume)")
+    run.add_argument(
+        "--honeypot",
+        choices=[m.value for m in HoneypotMode],
+        default=HoneypotMode.HONEST.value,
+        help="operator honeypot mode (spec 6.5); miners leave it at honest",
+    )
+    return parser
+
+
+def _join(args: argparse.Namespace) -> int:
+    if not is_hex64(args.run_id):
+        return _fail(f"--run-id {args.run_id!r} is not 64 lowercase hex chars", EXIT_USAGE)
+    try:
+        hardware = json.loads(args.hardware)
+    except ValueError as e:
+        return _fail(f"--hardware is not JSON: {e}", EXIT_USAGE)
+    if not isinstance(hardware, dict):
+        return _fail("--hardware must be a JSON object", EXIT_USAGE)
+    try:
+        keypair = load_keypair(args.keyfile)
+        message = join_request_bytes(args.run_id, keypair.ss58, hardware)
+    except HypertrainError as e:
+        return _fail(getattr(e, "detail", str(e)), EXIT_USAGE)
+    sig = keypair.sign(message).hex()
+    print_json({"run_id": args.run_id, "hotkey": keypair.ss58, "hardware": hardware, "sig": sig})
+    return EXIT_OK
+
+
+async def _run_supervised(kwargs: dict[str, Any]) -> Summary | None:
+    result: list[Summary] = []
+
+    async def work() -> None:
+        result.append(await run_miner(**kwargs))
+
+    async with open_supervisor(grace=SHUTDOWN_GRACE_SECONDS) as supervisor:
+        supervisor.nursery.start_soon(work, name="miner")
+    return result[0] if result else None
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.rounds < 1 or (args.start is not None and args.start < 0):
+        return _fail("--rounds must be >= 1 and --start >= 0", EXIT_USAGE)
+    try:
+        config = load_config(args.config)
+        keypair = load_keypair(config.keyfile)
+    except ConfigError as e:
+        return _fail(str(e), EXIT_USAGE)
+    except KeyfileError as e:
+        return _fail(e.detail, EXIT_USAGE)
+    kwargs = {
+        "config": config,
+        "keypair": keypair,
+        "rounds": args.rounds,
+        "start": args.start,
+        "mode": HoneypotMode(args.honeypot),
+    }
+    try:
+        summary = trio.run(_run_supervised, kwargs)
+    except BaseException as e:  # the process boundary: one line, classified
+        return _classify(e)
+    if summary is None:
+        return _fail("interrupted before the rounds finished", EXIT_INVALID)
+    print_json(summary.to_json())
+    return summary.exit_code
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _classify(exc: BaseException) -> int:
+    leaves = _leaves(exc)
+    for leaf in leaves:
+        if isinstance(leaf, MinerFatal):
+            return _fail(str(leaf), EXIT_USAGE)
+    for leaf in leaves:
+        if isinstance(leaf, ApiError | httpx.HTTPError):
+            return _fail(f"{type(leaf).__name__}: {leaf}", EXIT_INVALID)
+        if isinstance(leaf, KeyboardInterrupt):
+            return _fail("interrupted", EXIT_INVALID)
+    raise exc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point: returns the exit status."""
+    args = build_parser().parse_args(argv)
+    if args.command == "join":
+        return _join(args)
+    return _run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,412 @@
+"""One round of the miner (spec/protocol.md sections 1.3 steps 2-6, 5.4-5.6), restart-safe.
+
+:meth:`RoundRunner.run` drives round ``w`` through::
+
+    wait (D >= d_assign, bounded by d_commit) -> verify RoundOpen -> roster? (else SKIPPED)
+    -> check assignment_hash -> Accept -> load start state -> train -> compress
+    -> Commit (verify Receipt) -> POST leaves -> upload grant + PUT -> DeltaManifest (UPLOADED)
+
+and consults the journal first: a phase already recorded is never redone. Artifacts of a phase
+are on disk before its journal line (:mod:`hypertrain.miner.artifacts`), so after a crash the
+commit is re-posted from ``commit.json`` (the 409 of a duplicate hands back the stored receipt),
+training is never repeated once ``trained`` is recorded, and the upload is re-requested and
+re-PUT (the server is idempotent). ``hook(point, w)`` is called at each phase boundary (tests
+raise from it to simulate a crash). Protocol violations by the coordinator raise
+:class:`MinerProtocolError` (the CLI exits 2).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Callable
+from typing import Any, Final
+
+import attrs
+import httpx
+import trio
+
+from hypertrain.miner.artifacts import RoundDir
+from hypertrain.miner.client import ApiError, CoordinatorClient, UploadRefused
+from hypertrain.miner.config import MinerConfig
+from hypertrain.miner.honeypot import HoneypotMode
+from hypertrain.miner.journal import Journal
+from hypertrain.miner.progress import Progress
+from hypertrain.miner.startstate import StartStateSource
+from hypertrain.protocol.converter import structure, unstructure
+from hypertrain.protocol.envelope import check_shape, seal, verify
+from hypertrain.protocol.errors import HypertrainError
+from hypertrain.protocol.jcs import body_digest
+from hypertrain.protocol.keys import Keypair
+from hypertrain.protocol.manifest import RunManifest
+from hypertrain.protocol.messages import (
+    Accept,
+    Chunk,
+    Commit,
+    DeltaManifest,
+    LeafPreimage,
+    Receipt,
+    RoundOpen,
+)
+from hypertrain.rounds.assignment import Assignment, assign
+
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "DRIVER_VERSION",
+    "Hook",
+    "MinerProtocolError",
+    "RoundOutcome",
+    "RoundRunner",
+    "RoundSettings",
+    "RoundStatus",
+]
+
+DRIVER_VERSION: Final = "cpu"
+Hook = Callable[[str, int], None]
+"""``(point, w)``: called at each phase boundary (a test hook)."""
+
+
+class MinerProtocolError(Exception):
+    """The coordinator broke the protocol (bad signature, assignment, receipt...): exit 2."""
+
+
+class RoundStatus(enum.StrEnum):
+    """How a round ended for this miner."""
+
+    UPLOADED = "UPLOADED"
+    SKIPPED = "SKIPPED"
+    EXCLUDED = "EXCLUDED"
+    ABORTED = "ABORTED"
+    FAILED = "FAILED"
+
+
+@attrs.frozen
+class RoundOutcome:
+    """The result of one round: its status and a one-line detail."""
+
+    w: int
+    status: RoundStatus
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"w": self.w, "status": self.status.value, "detail": self.detail}
+
+
+@attrs.frozen
+class RoundSettings:
+    """Named bounds of the round loop (seconds)."""
+
+    open_wait_seconds: float = 3600.0
+    """How long to wait for round ``w`` to be opened at all (the view answering 404)."""
+    stall_grace_seconds: float = 120.0
+    """Extra time beyond ``(d_commit - D) * period`` before a stalled beacon gives up."""
+    post_attempts: int = 3
+    """Tries of a POST/PUT on network errors or 5xx answers."""
+
+
+DEFAULT_SETTINGS: Final = RoundSettings()
+
+
+class _Abort(Exception):
+    def __init__(self, status: RoundStatus, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+@attrs.define
+class RoundRunner:
+    """Runs rounds of one run for one miner (module docstring)."""
+
+    config: MinerConfig
+    keypair: Keypair
+    client: CoordinatorClient
+    manifest: RunManifest
+    run_id: str
+    journal: Journal
+    samples: Callable[[Any], Any]
+    progress: Progress
+    state_source: StartStateSource
+    mode: HoneypotMode = HoneypotMode.HONEST
+    hook: Hook | None = None
+    settings: RoundSettings = DEFAULT_SETTINGS
+
+    def _hook(self, point: str, w: int) -> None:
+        if self.hook is not None:
+            self.hook(point, w)
+
+    def _record(self, w: int, phase: str, **extra: Any) -> None:
+        self.journal.append(w, phase, **extra)
+        self.progress.phase(w, phase, **extra)
+        self._hook(phase, w)
+
+    async def run(self, w: int) -> RoundOutcome:
+        """Run round ``w`` to its end for this miner (module docstring)."""
+        done = self.journal.phases(w)
+        if "manifest_posted" in done:
+            return RoundOutcome(w, RoundStatus.UPLOADED, "already uploaded")
+        if "skipped" in done:
+            return RoundOutcome(w, RoundStatus.SKIPPED, str(done["skipped"].get("reason", "")))
+        if "aborted" in done:
+            event = done["aborted"]
+            status = RoundStatus(event.get("status", RoundStatus.ABORTED))
+            return RoundOutcome(w, status, str(event.get("reason", "")))
+        try:
+            return await self._run(w, RoundDir(self.config.workdir, w))
+        except _Abort as abort:
+            if abort.status is RoundStatus.FAILED:
+                self.progress.phase(w, "failed", reason=repr(abort.detail))
+            elif abort.status is not RoundStatus.SKIPPED:  # skipped is journaled already
+                self._record(w, "aborted", reason=abort.detail, status=abort.status.value)
+            return RoundOutcome(w, abort.status, abort.detail)
+
+    async def _run(self, w: int, rd: RoundDir) -> RoundOutcome:
+        done = self.journal.phases(w)
+        if "trained" not in done:
+            await self._accept_and_train(w, rd, accepted="accepted" in done)
+        round_open = structure(RoundOpen, rd.read_json("round_open.json"))
+        commit_env = rd.read_json("commit.json")
+        if "committed" not in self.journal.phases(w):
+            await self._commit(w, rd, round_open, commit_env)
+        if self.journal.phases(w)["committed"].get("status") == RoundStatus.EXCLUDED:
+            raise _Abort(RoundStatus.EXCLUDED, "commit received after d_audit")
+        commit = structure(Commit, commit_env["body"])
+        if "leaves" not in self.journal.phases(w):
+            await self._post_leaves(w, rd, commit)
+        payload = rd.read_bytes("delta.bin")
+        if "uploaded" not in self.journal.phases(w):
+            await self._upload(w, commit, payload)
+        await self._post_manifest(w, commit, payload, round_open)
+        return RoundOutcome(w, RoundStatus.UPLOADED)
+
+    # -- waiting, verifying, accepting -----------------------------------------------------
+
+    def _verify_round_open(self, w: int, raw: object) -> RoundOpen:
+        coord = self.manifest.coord_pubkey
+        try:
+            verified = verify(
+                raw,
+                expected_run_id=self.run_id,
+                signer_allowed=lambda t, s: t == "RoundOpen" and s == coord,
+            )
+        except HypertrainError as e:
+            raise MinerProtocolError(f"round {w}: RoundOpen does not verify: {e}") from None
+        message = verified.message
+        if not isinstance(message, RoundOpen) or message.w != w:
+            raise MinerProtocolError(f"round {w}: the view's RoundOpen is not for round {w}")
+        return message
+
+    async def _wait_assigned(self, w: int, accepted: bool) -> tuple[dict[str, Any], RoundOpen]:
+        """Poll the view until D >= d_assign with an assignment (and a start state for w > 0).
+
+        Gives up (ABORTED) when D >= d_commit before accepting, when the round is never
+        opened within ``open_wait_seconds``, or when the beacon stalls past d_commit's time.
+        """
+        self.progress.phase(w, "waiting")
+        period = self.manifest.beacon.period
+        open_deadline = trio.current_time() + self.settings.open_wait_seconds
+        deadline: float | None = None
+        while True:
+            view = await self._poll_view(w)
+            if view is None:
+                if trio.current_time() >= open_deadline:
+                    raise _Abort(RoundStatus.ABORTED, "round was never opened")
+            else:
+                ro = self._verify_round_open(w, view.get("round_open"))
+                now = int(view["now_round"])
+                if deadline is None:
+                    rounds_left = max(ro.d_commit - now, 0)
+                    deadline = (
+                        trio.current_time()
+                        + rounds_left * period
+                        + self.settings.stall_grace_seconds
+                    )
+                if now >= ro.d_commit and not accepted:
+                    raise _Abort(RoundStatus.ABORTED, f"D={now} >= d_commit before accepting")
+                assigned = now >= ro.d_assign and view.get("assignment") is not None
+                if assigned and self.state_source.ready(w, view):
+                    return view, ro
+                if trio.current_time() >= deadline:
+                    raise _Abort(RoundStatus.ABORTED, "beacon stalled before the assignment")
+            await trio.sleep(self.config.poll_seconds)
+
+    async def _poll_view(self, w: int) -> dict[str, Any] | None:
+        try:
+            return await self.client.round_view(self.run_id, w)
+        except (httpx.TransportError, httpx.TimeoutException) as e:
+            self.progress.phase(w, "poll-error", error=type(e).__name__)
+        except ApiError as e:
+            if e.status < 500:
+                raise
+            self.progress.phase(w, "poll-error", status=e.status)
+        return None
+
+    def _my_assignment(self, w: int, view: dict[str, Any], ro: RoundOpen) -> Assignment:
+        hotkey = self.keypair.ss58
+        sig_hex = view.get("assignment_beacon_signature")
+        if not isinstance(sig_hex, str):
+            raise MinerProtocolError(f"round {w}: the view has no assignment beacon signature")
+        try:
+            ours = assign(
+                self.manifest, self.run_id, w, bytes.fromhex(sig_hex), ro.roster, base=view["base"]
+            )
+        except (ValueError, HypertrainError) as e:
+            raise MinerProtocolError(f"round {w}: cannot derive the assignment: {e}") from None
+        mine = [a for a in ours if a.hotkey == hotkey]
+        published = [a for a in view["assignment"] if a.get("hotkey") == hotkey]
+        if len(mine) != 1 or len(published) != 1:
+            raise MinerProtocolError(f"round {w}: no published assignment for {hotkey}")
+        if published[0].get("assignment_hash") != mine[0].assignment_hash or list(
+            published[0].get("samples", [])
+        ) != list(mine[0].samples):
+            raise MinerProtocolError(
+                f"round {w}: published assignment_hash {published[0].get('assignment_hash')} "
+                f"!= derived {mine[0].assignment_hash}"
+            )
+        return mine[0]
+
+    async def _accept_and_train(self, w: int, rd: RoundDir, *, accepted: bool) -> None:
+        view, ro = await self._wait_assigned(w, accepted)
+        if self.keypair.ss58 not in {entry.hotkey for entry in ro.roster}:
+            self._record(w, "skipped", reason="not in the RoundOpen roster")
+            raise _Abort(RoundStatus.SKIPPED, "not in the RoundOpen roster")
+        mine = self._my_assignment(w, view, ro)
+        self.progress.phase(w, "assigned", slot=mine.slot, samples=len(mine.samples))
+        theta_start = await self.state_source.load(w, view, ro)
+        if not accepted:
+            await self._accept(w, mine, view)
+        from hypertrain.miner.trainstep import train_and_save  # imports torch: after configure
+
+        await train_and_save(self, w, rd, ro, mine, theta_start)
+        self._record(w, "trained")
+
+    async def _accept(self, w: int, mine: Assignment, view: dict[str, Any]) -> None:
+        image = self.config.image_digest or self.manifest.reference_spec.image_digest
+        body = Accept(w, self.keypair.ss58, mine.assignment_hash, image, DRIVER_VERSION, 1)
+        ro_exp = structure(RoundOpen, view["round_open"]["body"]).d_commit
+        envelope = seal(self.keypair, "Accept", self.run_id, body, ro_exp)
+        try:
+            await self._retry(lambda: self.client.accept(self.run_id, envelope))
+        except ApiError as e:
+            if e.status == 409 and await self._already_past_assigned(w):
+                pass  # accepted before a crash: the server's status moved on
+            elif e.status == 409:
+                raise _Abort(RoundStatus.ABORTED, f"Accept refused: {e.detail}") from None
+            elif e.status in (403, 422):
+                raise MinerProtocolError(f"round {w}: Accept refused: {e}") from None
+            else:
+                raise
+        self._record(w, "accepted")
+
+    async def _already_past_assigned(self, w: int) -> bool:
+        view = await self.client.round_view(self.run_id, w)
+        for miner in (view or {}).get("miners", []):
+            if miner.get("hotkey") == self.keypair.ss58:
+                return miner.get("status") not in (None, "ASSIGNED")
+        return False
+
+    # -- commit and after ------------------------------------------------------------------
+
+    async def _retry(self, call: Callable[[], Any]) -> Any:
+        for attempt in range(self.settings.post_attempts):
+            try:
+                return await call()
+            except (httpx.TransportError, httpx.TimeoutException):
+                if attempt + 1 == self.settings.post_attempts:
+                    raise
+            except ApiError as e:
+                if e.status < 500 or attempt + 1 == self.settings.post_attempts:
+                    raise
+            await trio.sleep(self.config.poll_seconds)
+        raise AssertionError("unreachable")
+
+    async def _commit(
+        self, w: int, rd: RoundDir, ro: RoundOpen, commit_env: dict[str, Any]
+    ) -> None:
+        envelope = check_shape(commit_env)
+        self._hook("before_commit", w)
+        try:
+            status, receipt_env = await self._retry(
+                lambda: self.client.commit(self.run_id, envelope)
+            )
+        except ApiError as e:
+            if e.status == 409:
+                raise _Abort(RoundStatus.ABORTED, f"Commit refused: {e.detail}") from None
+            raise
+        self._hook("commit_posted", w)
+        receipt = self._verify_receipt(w, receipt_env, commit_env["body"])
+        if status is None:
+            status = "EXCLUDED" if receipt.received_round >= ro.d_audit else "COMMITTED"
+        rd.write_json("receipt.json", receipt_env)
+        self._record(w, "committed", status=status, received_round=receipt.received_round)
+
+    def _verify_receipt(self, w: int, raw: object, commit_body: object) -> Receipt:
+        coord = self.manifest.coord_pubkey
+        try:
+            verified = verify(
+                raw,
+                expected_run_id=self.run_id,
+                signer_allowed=lambda t, s: t == "Receipt" and s == coord,
+            )
+        except HypertrainError as e:
+            raise MinerProtocolError(f"round {w}: Receipt does not verify: {e}") from None
+        receipt = verified.message
+        if not isinstance(receipt, Receipt) or receipt.w != w:
+            raise MinerProtocolError(f"round {w}: the Receipt is not for round {w}")
+        if receipt.commit_hash != body_digest(commit_body):
+            raise MinerProtocolError(f"round {w}: Receipt commit_hash is not our Commit's")
+        return receipt
+
+    async def _post_leaves(self, w: int, rd: RoundDir, commit: Commit) -> None:
+        stored = rd.read_json("preimages.json")
+        preimages = [unstructure(structure(LeafPreimage, p)) for p in stored]
+        payload = {"w": w, "hotkey": self.keypair.ss58, "preimages": preimages}
+        answer = await self._guarded(w, "leaves", self.client.post_leaves, self.run_id, payload)
+        if answer.get("leaves_root") != commit.leaves_root:
+            raise MinerProtocolError(f"round {w}: the server's leaves_root is not ours")
+        self._record(w, "leaves")
+
+    async def _upload(self, w: int, commit: Commit, payload: bytes) -> None:
+        url = await self._guarded(
+            w, "upload grant", self.client.upload_grant, self.run_id, w, self.keypair.ss58,
+            commit.delta_hash,
+        )  # fmt: skip
+        try:
+            await self._guarded(
+                w, "upload", self.client.put_payload, url, payload,
+                allow_file=self.config.allow_file_upload,
+            )  # fmt: skip
+        except UploadRefused as e:
+            raise MinerProtocolError(f"round {w}: {e}") from None
+        self._hook("put_done", w)
+        self._record(w, "uploaded", size=len(payload))
+
+    async def _post_manifest(self, w: int, commit: Commit, payload: bytes, ro: RoundOpen) -> None:
+        step = self.config.chunk_bytes
+        chunks = tuple(
+            Chunk(off, len(payload[off : off + step]), _sha(payload[off : off + step]))
+            for off in range(0, len(payload), step)
+        )
+        body = DeltaManifest(
+            w, self.keypair.ss58, commit.delta_hash, f"objects/{commit.delta_hash}",
+            len(payload), "ht-dense-int8-v1", chunks,
+        )  # fmt: skip
+        envelope = seal(self.keypair, "DeltaManifest", self.run_id, body, ro.d_final)
+        await self._guarded(w, "DeltaManifest", self.client.post_delta, self.run_id, envelope)
+        self._record(w, "manifest_posted")
+
+    async def _guarded(self, w: int, what: str, fn: Callable[..., Any], *a: Any, **k: Any) -> Any:
+        """Call with retries; a 409 (window closed, not COMMITTED) aborts the round."""
+        try:
+            return await self._retry(lambda: fn(*a, **k))
+        except ApiError as e:
+            if e.status == 409:
+                raise _Abort(RoundStatus.ABORTED, f"{what} refused: {e.detail}") from None
+            if e.status in (400, 403, 422):
+                raise MinerProtocolError(f"round {w}: {what} refused: {e}") from None
+            raise _Abort(RoundStatus.FAILED, f"{what}: {e}") from None
+        except (httpx.TransportError, httpx.TimeoutException) as e:
+            raise _Abort(RoundStatus.FAILED, f"{what}: {type(e).__name__}: {e}") from None
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,188 @@
+"""``hypertrain-miner run`` without the CLI: resolve the run, check everything, mine N rounds.
+
+:func:`run_miner` is the composition root of the client:
+
+1. picks the run (``run_id`` or the only one at ``GET /v1/runs``) and verifies its
+   RunManifest envelope (signature, ``run_id = sha256(JCS(body))``, signer == ``owner_hotkey``
+   when configured);
+2. calls :func:`hypertrain.trainer.determinism.configure` with ``reference_spec.env`` (torch is
+   imported for the first time there, never before);
+3. opens the local dataset and checks its ``merkle_root``, ``n_samples`` and
+   ``shard_sha256_root`` against the manifest's ``dataset`` section;
+4. runs rounds ``start .. start + rounds - 1`` with a :class:`RoundRunner`, pruning artifacts
+   older than ``E_vest_rounds + 2`` rounds.
+
+Default ``start``: the oldest round the journal left unfinished, else the run's newest round,
+else 0. Fatal problems raise :class:`MinerFatal` (the CLI prints one line and exits 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import httpx
+
+from hypertrain.datasets.errors import DatasetError
+from hypertrain.datasets.manifest import MANIFEST_FILE, DatasetManifest, load_record
+from hypertrain.datasets.reader import Dataset
+from hypertrain.miner.artifacts import prune
+from hypertrain.miner.client import ApiError, CoordinatorClient
+from hypertrain.miner.config import MinerConfig
+from hypertrain.miner.honeypot import HoneypotMode
+from hypertrain.miner.journal import Journal
+from hypertrain.miner.progress import Progress
+from hypertrain.miner.round import (
+    DEFAULT_SETTINGS,
+    Hook,
+    MinerProtocolError,
+    RoundOutcome,
+    RoundRunner,
+    RoundSettings,
+    RoundStatus,
+)
+from hypertrain.miner.startstate import StartStateError, StartStateSource
+from hypertrain.protocol.envelope import verify
+from hypertrain.protocol.errors import HypertrainError
+from hypertrain.protocol.keys import Keypair
+from hypertrain.protocol.manifest import ReferenceEnv, RunManifest
+from hypertrain.trainer.errors import TrainerError
+
+__all__ = ["MinerFatal", "Summary", "check_dataset", "run_miner"]
+
+
+class MinerFatal(Exception):
+    """A configuration, key, dataset, determinism or protocol problem: exit 2."""
+
+
+@attrs.frozen
+class Summary:
+    """What a run did: the final JSON on stdout, and the exit status."""
+
+    run_id: str
+    hotkey: str
+    rounds: tuple[RoundOutcome, ...]
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if all(r.status is RoundStatus.UPLOADED for r in self.rounds) else 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "hotkey": self.hotkey,
+            "rounds": [r.to_json() for r in self.rounds],
+            "ok": self.exit_code == 0,
+        }
+
+
+async def resolve_run(client: CoordinatorClient, run_id: str | None) -> str:
+    """``run_id``, or the only run the API lists."""
+    if run_id is not None:
+        return run_id
+    runs = await client.list_runs()
+    if len(runs) != 1:
+        raise MinerFatal(f"the API lists {len(runs)} runs; set run_id in the config")
+    return str(runs[0]["run_id"])
+
+
+def verify_manifest(run: dict[str, Any], run_id: str, owner: str | None) -> RunManifest:
+    """The run's RunManifest, checked (module docstring step 1)."""
+    try:
+        verified = verify(run["manifest_envelope"], signer_allowed=lambda t, _: t == "RunManifest")
+    except (KeyError, HypertrainError) as e:
+        raise MinerFatal(f"run {run_id}: manifest envelope does not verify: {e}") from None
+    manifest = verified.message
+    if not isinstance(manifest, RunManifest) or manifest.run_id() != run_id:
+        raise MinerFatal(f"run {run_id}: the manifest is not this run's")
+    if owner is not None and verified.envelope.signer != owner:
+        raise MinerFatal(f"run {run_id}: manifest signed by {verified.envelope.signer}, not owner")
+    return manifest
+
+
+def check_dataset(config: MinerConfig, manifest: RunManifest) -> Dataset:
+    """Open ``data_dir`` (re-hashing its shards) and match it against ``manifest.dataset``."""
+    try:
+        record = load_record(DatasetManifest, config.data_dir / MANIFEST_FILE)
+        dataset = Dataset.open(config.data_dir)
+    except (DatasetError, HypertrainError, OSError) as e:
+        raise MinerFatal(f"data_dir {config.data_dir}: {e}") from None
+    spec = manifest.dataset
+    mine = (dataset.merkle_root, dataset.n_samples, record.shard_sha256_root)
+    want = (spec.merkle_root, spec.n_samples, spec.shard_sha256_root)
+    for name, have, need in zip(
+        ("merkle_root", "n_samples", "shard_sha256_root"), mine, want, strict=True
+    ):
+        if have != need:
+            raise MinerFatal(f"data_dir {config.data_dir}: {name} {have} != the manifest's {need}")
+    if dataset.seq_len != manifest.model.seq_len:
+        raise MinerFatal(f"data_dir: seq_len {dataset.seq_len} != {manifest.model.seq_len}")
+    return dataset
+
+
+def _default_configure(env: ReferenceEnv) -> None:
+    from hypertrain.trainer.determinism import configure
+
+    configure(env)
+
+
+async def run_miner(
+    config: MinerConfig,
+    keypair: Keypair,
+    *,
+    rounds: int = 1,
+    start: int | None = None,
+    mode: HoneypotMode = HoneypotMode.HONEST,
+    transport: httpx.AsyncBaseTransport | None = None,
+    progress: Progress | None = None,
+    hook: Hook | None = None,
+    settings: RoundSettings = DEFAULT_SETTINGS,
+    configure: Callable[[ReferenceEnv], None] = _default_configure,
+) -> Summary:
+    """Mine ``rounds`` rounds (module docstring)."""
+    progress = progress or Progress()
+    client = CoordinatorClient(config.api, transport=transport)
+    try:
+        run_id = await resolve_run(client, config.run_id)
+        run = await client.get_run(run_id)
+        manifest = verify_manifest(run, run_id, config.owner_hotkey)
+        try:
+            configure(manifest.reference_spec.env)
+        except TrainerError as e:
+            raise MinerFatal(f"determinism: {e}") from None
+        dataset = check_dataset(config, manifest)
+        journal = Journal.open(config.workdir)
+        if start is None:
+            pending = journal.unfinished()
+            opened = [int(r["w"]) for r in run.get("rounds", [])]
+            start = pending[0] if pending else max(opened, default=0)
+        runner = RoundRunner(
+            config=config,
+            keypair=keypair,
+            client=client,
+            manifest=manifest,
+            run_id=run_id,
+            journal=journal,
+            samples=dataset.samples,
+            progress=progress,
+            state_source=StartStateSource(manifest, run_id, client, keypair, config.state_source),
+            mode=mode,
+            hook=hook,
+            settings=settings,
+        )
+        outcomes = []
+        keep = manifest.verify.E_vest_rounds + 2
+        for w in range(start, start + rounds):
+            try:
+                outcomes.append(await runner.run(w))
+            except (MinerProtocolError, StartStateError) as e:
+                raise MinerFatal(str(e)) from None
+            prune(config.workdir, w, keep)
+        return Summary(run_id, keypair.ss58, tuple(outcomes))
+    except ApiError as e:
+        if e.status >= 500:
+            raise
+        raise MinerFatal(str(e)) from None
+    finally:
+        await client.aclose()
