@@ -43,6 +43,7 @@ from hypertrain.beacon import (
 )
 from hypertrain.coordinator.auth import TokenFiles
 from hypertrain.coordinator.events import EventHub
+from hypertrain.coordinator.metagraph import Metagraph, RosterOnly
 from hypertrain.coordinator.settings import CoordinatorSettings
 from hypertrain.protocol.errors import KeyfileError, NotConfigured, ProtocolError
 from hypertrain.protocol.keys import Keypair, load_keypair
@@ -82,6 +83,8 @@ class Coordinator:
     stopping: trio.Event = attrs.field(factory=trio.Event)
     """Set first at shutdown: long polls and SSE answer 503 / end; new ones are refused."""
     beacon_observers: list[BeaconObserver] = attrs.field(factory=list)
+    metagraph: Metagraph = attrs.field(factory=RosterOnly)
+    """Who may act as a miner beyond the roster (``CHALLENGE_MASTER_URL``'s metagraph)."""
     _key_cache: tuple[_FileKey, Keypair] | None = attrs.field(default=None, init=False)
     _ingest_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
@@ -95,6 +98,7 @@ class Coordinator:
         chain: ChainInfo,
         wall: WallClock,
         events: EventHub | None = None,
+        metagraph: Metagraph | None = None,
     ) -> Coordinator:
         """Build a coordinator over an open store; the beacon clock starts at the stored D."""
         latest = await db.read(latest_round)
@@ -111,6 +115,7 @@ class Coordinator:
             ),
             events=EventHub() if events is None else events,
             wall=wall,
+            metagraph=RosterOnly() if metagraph is None else metagraph,
         )
 
     def coord_keypair(self) -> Keypair:

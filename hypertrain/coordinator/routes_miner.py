@@ -14,17 +14,15 @@ read of its body and one write transaction. A Commit re-posted byte for byte ans
 answer recovers its receipt.
 
 Metagraph (spec 9, "(M)"): before the write, the signer (envelopes) or body hotkey (unsigned
-routes) goes through a :class:`Metagraph`. The default, :class:`RosterOnly`, lets the roster be
-the registry (every route still refuses hotkeys not rostered in the round, 403). A deployment
-with a Cortex master passes its own implementation to :func:`register` (403 unregistered, 503
-metagraph down).
+routes) goes through ``ctx.metagraph`` (:mod:`hypertrain.coordinator.metagraph`): the roster
+alone by default, and also the master's metagraph when ``CHALLENGE_MASTER_URL`` is set (403
+unregistered, 503 metagraph down). Every route refuses hotkeys not rostered in the round (403).
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Protocol
 
 from quart import Response
 from quart_trio import QuartTrio
@@ -44,37 +42,20 @@ from hypertrain.coordinator.minerflow import (
 )
 from hypertrain.protocol.converter import structure
 
-__all__ = ["Metagraph", "RosterOnly", "register"]
+__all__ = ["register"]
 
 
-class Metagraph(Protocol):
-    """Whether a hotkey is registered on the host network's metagraph."""
-
-    async def check(self, hotkey: str) -> None:
-        """Return if ``hotkey`` is registered; raise ``UnauthorizedSigner`` (403) if not, or
-        ``NotConfigured`` (503) when the metagraph cannot be asked."""
-
-
-class RosterOnly:
-    """The default :class:`Metagraph`: every hotkey passes; the run's roster decides."""
-
-    async def check(self, hotkey: str) -> None:
-        """Accept ``hotkey``."""
-        del hotkey
-
-
-def register(app: QuartTrio, ctx: Coordinator, *, metagraph: Metagraph | None = None) -> None:
+def register(app: QuartTrio, ctx: Coordinator) -> None:
     """Add the miner routes to ``app``."""
-    members: Metagraph = RosterOnly() if metagraph is None else metagraph
 
     async def accept(run_id: str) -> Response:
         raw = await read_json(ctx)
-        await members.check(signer_of(raw))
+        await ctx.metagraph.check(signer_of(raw))
         return json_response(await ctx.db.write(post_accept, raw, run_id))
 
     async def commit(run_id: str) -> Response:
         raw = await read_json(ctx)
-        await members.check(signer_of(raw))
+        await ctx.metagraph.check(signer_of(raw))
         coord = ctx.coord_keypair()
         try:
             answer = await ctx.db.write(post_commit, raw, run_id, coord)
@@ -84,18 +65,18 @@ def register(app: QuartTrio, ctx: Coordinator, *, metagraph: Metagraph | None = 
 
     async def leaves(run_id: str) -> Response:
         req = structure(LeavesRequest, await read_json(ctx))
-        await members.check(req.hotkey)
+        await ctx.metagraph.check(req.hotkey)
         return json_response(await ctx.db.write(post_leaves, run_id, req))
 
     async def uploads(run_id: str) -> Response:
         req = structure(UploadRequest, await read_json(ctx))
-        await members.check(req.hotkey)
+        await ctx.metagraph.check(req.hotkey)
         grant_id = secrets.token_hex(16)
         return json_response(await ctx.db.write(grant_upload, run_id, req, grant_id))
 
     async def delta(run_id: str) -> Response:
         raw = await read_json(ctx)
-        await members.check(signer_of(raw))
+        await ctx.metagraph.check(signer_of(raw))
         return json_response(await ctx.db.write(post_delta, raw, run_id, ctx.objects.exists))
 
     runs = "/v1/runs/<run_id>"

@@ -35,6 +35,8 @@ from quart_trio import QuartTrio
 from hypertrain.beacon import QUICKNET, ChainInfo, LocalChain, LocalChainError
 from hypertrain.coordinator.app import create_app
 from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.metagraph import MasterMetagraph, Metagraph
+from hypertrain.coordinator.settings import CoordinatorSettings
 from hypertrain.daemon.logs import configure_logging
 from hypertrain.daemon.services import SERVICES, DaemonParts, ServiceSpec
 from hypertrain.daemon.settings import ConfigError, DaemonSettings, load_settings
@@ -96,11 +98,23 @@ def _open_chain(settings: DaemonSettings, wall: WallClock) -> tuple[ChainInfo, L
 async def _open_http_client(
     settings: DaemonSettings, given: httpx.AsyncClient | None
 ) -> AsyncIterator[httpx.AsyncClient | None]:
-    if given is not None or settings.beacon != "relays":
+    needed = settings.beacon == "relays" or settings.coordinator.master_url is not None
+    if given is not None or not needed:
         yield given
         return
     async with httpx.AsyncClient(timeout=RELAY_CLIENT_TIMEOUT) as client:
         yield client
+
+
+def _metagraph(
+    config: CoordinatorSettings, client: httpx.AsyncClient | None, wall: WallClock
+) -> Metagraph | None:
+    """The master's metagraph when ``CHALLENGE_MASTER_URL`` is set; else the roster alone."""
+    if config.master_url is None:
+        return None
+    if client is None:
+        raise ConfigError("CHALLENGE_MASTER_URL is set but no HTTP client was opened")
+    return MasterMetagraph(config.master_url, client=client, wall=wall)
 
 
 async def _run_services(
@@ -154,6 +168,7 @@ async def serve_daemon(
             objects=ObjectStore.open(config.objects_dir),
             chain=chain_info,
             wall=wall,
+            metagraph=_metagraph(config, client, wall),
         )
         app = create_app(ctx)
         http_stop = trio.Event()

@@ -10,7 +10,7 @@ TOML key                   environment variable              flag               
 =========================  ================================  =========================  =========
 slug                       CHALLENGE_SLUG                                               hypertrain
 state_dir                  CHALLENGE_STATE_DIR                                          /data
-master_url                 CHALLENGE_MASTER_URL                                         http://cortex-master:8080
+master_url                 CHALLENGE_MASTER_URL                                         unset
 internal_token_file        CHALLENGE_INTERNAL_TOKEN_FILE                                unset
 admin_token_file           CHALLENGE_ADMIN_TOKEN_FILE                                   unset
 worker_token_file          CHALLENGE_WORKER_TOKEN_FILE                                  unset
@@ -56,7 +56,6 @@ from hypertrain.protocol.errors import HypertrainError
 __all__ = [
     "DEFAULT_GRACE",
     "DEFAULT_HOST",
-    "DEFAULT_MASTER_URL",
     "DEFAULT_PORT",
     "DEFAULT_STATE_DIR",
     "ConfigError",
@@ -68,7 +67,6 @@ __all__ = [
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8000
 DEFAULT_STATE_DIR: Final = "/data"
-DEFAULT_MASTER_URL: Final = "http://cortex-master:8080"
 DEFAULT_GRACE: Final = 5.0
 """Seconds between SIGTERM and cancelling what is still running."""
 MIN_RELAYS: Final = 2
@@ -288,7 +286,6 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> DaemonSett
     args = build_parser().parse_args(list(argv))
     values: dict[str, Any] = {
         "state_dir": Path(DEFAULT_STATE_DIR),
-        "master_url": DEFAULT_MASTER_URL,
     }
     if args.config is not None:
         values.update(_read_toml(Path(args.config)))

@@ -24,7 +24,7 @@ def test_defaults() -> None:
     c = s.coordinator
     assert c.state_dir == Path("/data")
     assert c.slug == "hypertrain"
-    assert c.master_url == "http://cortex-master:8080"
+    assert c.master_url is None  # unset: the roster alone is the registry
     assert (c.epoch_seconds, c.epochs_per_round, c.vest_rounds) == (4320, 1, 10)
     assert (c.admin_token_file, c.coord_key_file, c.genesis_unix) == (None, None, None)
     assert c.body_limit == 1048576
