@@ -15,14 +15,23 @@ miner with ``PUT /v1/admin/runs/{id}/roster/{hotkey}`` (no public join route in 
 failure, or interrupted by SIGINT/SIGTERM); 2 a config, key, dataset, determinism or protocol
 error (one line on stderr, no traceback). Torch is imported only once the manifest's
 ``reference_spec.env`` is applied.
+
+Test only: with ``HYPERTRAIN_TEST_MINER_PAUSE_AT=POINT`` in the environment, ``run`` writes
+``hypertrain-miner: round W: test-pause at POINT`` on stderr when it reaches the hook point
+``POINT`` (a journal phase such as ``accepted`` or ``committed``, ``commit_posted``,
+``put_done``, or ``step`` after an inner step) and then blocks there for
+:data:`TEST_PAUSE_SECONDS`, so a test can ``kill -9`` it at exactly that point (tests/e2e).
+(Not ``HYPERTRAIN_MINER_*``: that prefix is the miner.toml overrides'.)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import httpx
@@ -32,6 +41,7 @@ from hypertrain.cli._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE, OneLinePar
 from hypertrain.miner.client import ApiError
 from hypertrain.miner.config import ConfigError, load_config
 from hypertrain.miner.honeypot import HoneypotMode
+from hypertrain.miner.round import Hook
 from hypertrain.miner.session import MinerFatal, Summary, run_miner
 from hypertrain.protocol.errors import HypertrainError, KeyfileError
 from hypertrain.protocol.hashes import join_request_bytes
@@ -39,10 +49,20 @@ from hypertrain.protocol.keys import load_keypair
 from hypertrain.protocol.validators import is_hex64
 from nurseries import open_supervisor
 
-__all__ = ["SHUTDOWN_GRACE_SECONDS", "build_parser", "main"]
+__all__ = [
+    "SHUTDOWN_GRACE_SECONDS",
+    "TEST_PAUSE_ENV",
+    "TEST_PAUSE_SECONDS",
+    "build_parser",
+    "main",
+    "pause_hook_from_env",
+]
 
 SHUTDOWN_GRACE_SECONDS: Final = 10.0
 """After SIGINT/SIGTERM, how long the current HTTP call may finish before it is cancelled."""
+TEST_PAUSE_ENV: Final = "HYPERTRAIN_TEST_MINER_PAUSE_AT"
+TEST_PAUSE_SECONDS: Final = 60.0
+"""How long the test-only pause (module docstring) blocks before the miner goes on."""
 _PROG: Final = "hypertrain-miner"
 
 
@@ -92,6 +112,21 @@ def _join(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def pause_hook_from_env(environ: Mapping[str, str]) -> Hook | None:
+    """The test-only pause hook of ``HYPERTRAIN_TEST_MINER_PAUSE_AT`` (module docstring)."""
+    point = environ.get(TEST_PAUSE_ENV, "")
+    if not point:
+        return None
+
+    def hook(at: str, w: int) -> None:
+        if at == point:
+            sys.stderr.write(f"{_PROG}: round {w}: test-pause at {at}\n")
+            sys.stderr.flush()
+            time.sleep(TEST_PAUSE_SECONDS)  # blocks the loop on purpose: a frozen process
+
+    return hook
+
+
 async def _run_supervised(kwargs: dict[str, Any]) -> Summary | None:
     result: list[Summary] = []
 
@@ -119,6 +154,7 @@ def _run(args: argparse.Namespace) -> int:
         "rounds": args.rounds,
         "start": args.start,
         "mode": HoneypotMode(args.honeypot),
+        "hook": pause_hook_from_env(os.environ),
     }
     try:
         summary = trio.run(_run_supervised, kwargs)

@@ -10,9 +10,10 @@ and consults the journal first: a phase already recorded is never redone. Artifa
 are on disk before its journal line (:mod:`hypertrain.miner.artifacts`), so after a crash the
 commit is re-posted from ``commit.json`` (the 409 of a duplicate hands back the stored receipt),
 training is never repeated once ``trained`` is recorded, and the upload is re-requested and
-re-PUT (the server is idempotent). ``hook(point, w)`` is called at each phase boundary (tests
-raise from it to simulate a crash). Protocol violations by the coordinator raise
-:class:`MinerProtocolError` (the CLI exits 2).
+re-PUT (the server is idempotent). ``hook(point, w)`` is called at each phase boundary and
+after each inner step (point ``step``); tests raise from it, or pause in it, to simulate a
+crash. Protocol violations by the coordinator raise :class:`MinerProtocolError` (the CLI exits
+2).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ __all__ = [
 
 DRIVER_VERSION: Final = "cpu"
 Hook = Callable[[str, int], None]
-"""``(point, w)``: called at each phase boundary (a test hook)."""
+"""``(point, w)``: called at each phase boundary and inner ``step`` (a test hook)."""
 
 
 class MinerProtocolError(Exception):

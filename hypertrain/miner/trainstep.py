@@ -70,6 +70,13 @@ async def train_and_save(
     inner = manifest.inner
     runner.progress.phase(w, "training", H=inner.H, mode=runner.mode.value)
     per_step = inner.micro_batch * inner.grad_accum * manifest.model.seq_len
+    report = runner.progress.step_reporter(w, per_step)
+
+    def on_step(t: int, total: int, loss: float) -> None:
+        report(t, total, loss)
+        if runner.hook is not None:
+            runner.hook("step", w)  # mid-training: after each inner step
+
     result = await train_round_async(
         manifest,
         runner.run_id,
@@ -79,7 +86,7 @@ async def train_and_save(
         runner.samples,
         carried_state(runner, w),
         mode=runner.mode,
-        on_step=runner.progress.step_reporter(w, per_step),
+        on_step=on_step,
     )
     ef_in = previous_ef_out(runner, w)
     beta = float(f32_from_hex(manifest.outer.ef_beta))
