@@ -15,6 +15,7 @@ from quart_trio import QuartTrio
 
 from hypertrain.coordinator import (
     routes_beacon,
+    routes_datasets,
     routes_events,
     routes_miner,
     routes_objects,
@@ -36,6 +37,7 @@ ROUTE_MODULES: Final[tuple[Register, ...]] = (
     routes_runs.register,
     routes_miner.register,
     routes_objects.register,
+    routes_datasets.register,
 )
 """The ``register`` functions ``create_app`` calls, in order."""
 

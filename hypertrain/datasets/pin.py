@@ -4,8 +4,10 @@ The objects are the train shards and ``manifest.json``, each stored under its sh
 coordinator's layout ``<objects>/<sha[:2]>/<sha>`` (``<objects>`` is conventionally
 ``<state_dir>/objects``) by :class:`~hypertrain.store.objects.ObjectStore`, run under
 ``trio.run``. The holdout (shards, ``holdout.json``, salt) is **not** pinned: it stays private
-until the owner reveals it (see :mod:`hypertrain.datasets.manifest`). A shard's URI is then its
-sha256, which is what ``shard_uri_template = "{shard_sha256}"`` says.
+until the owner reveals it (see :mod:`hypertrain.datasets.manifest`). ``pin`` may write into a
+running daemon's store, so it opens the store with ``clean_tmp=False``: only the owning process
+(the daemon) removes leftover temp files; the daemon's uploads in flight are left alone. A
+shard's URI is then its sha256, which is what ``shard_uri_template = "{shard_sha256}"`` says.
 
 The directory is verified first (:func:`hypertrain.datasets.verify.verify`); a bad build is never
 pinned. The result carries the RunManifest ``dataset`` fragment (``merkle_root, depth,
@@ -71,7 +73,7 @@ def pin(data_dir: str | Path, objects_dir: str | Path) -> PinResult:
         for i, sha in enumerate(manifest.shard_sha256s)
     ]
     files.append((data_dir / MANIFEST_FILE, None))
-    store = ObjectStore.open(objects_dir)
+    store = ObjectStore.open(objects_dir, clean_tmp=False)
     stored = trio.run(_put_all, store, files)
     return PinResult(
         objects=tuple(stored), manifest_sha256=stored[-1], fragment=manifest.fragment()

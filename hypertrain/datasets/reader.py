@@ -2,8 +2,11 @@
 
 ``Dataset.open(dir)`` reads ``manifest.json`` (or, with ``split="holdout"``, the private
 ``holdout.json``), checks its counts and, unless ``verify=False``, re-hashes every shard against
-its sha256 and the shard root before returning (one sequential read of the data). The shards are
-then memory-mapped read-only; :meth:`Dataset.sample` and :meth:`Dataset.samples` copy rows out as
+its sha256 and the shard root before returning (one sequential read of the data). With
+``lazy=True`` (a partial copy, e.g. the miner's cache of the shards it needs) only the shard root
+is checked at open; each shard is re-hashed against the manifest's ``shard_sha256s`` on its first
+use, so only the shards actually read must exist. The shards are memory-mapped read-only;
+:meth:`Dataset.sample` and :meth:`Dataset.samples` copy rows out as
 ``uint16`` arrays of ``seq_len + 1`` ids in native order.
 
 The sample Merkle tree is built lazily, on the first :meth:`Dataset.proof` (or
@@ -97,22 +100,41 @@ def check_shard_root(shards: ShardSet, declared: str, file_name: str) -> None:
 class Dataset:
     """Memory-mapped samples of one split of a built dataset directory; use :meth:`open`."""
 
-    def __init__(self, shards: ShardSet, merkle_root: str) -> None:
+    def __init__(self, shards: ShardSet, merkle_root: str, *, lazy: bool = False) -> None:
         self._shards = shards
         self._merkle_root = merkle_root
-        self._maps = shards.maps()
+        self._maps: list[Tokens | None] = (
+            [None] * len(shards.sha256s) if lazy else list(shards.maps())
+        )
         self._tree: MerkleTree | None = None
 
     @classmethod
-    def open(cls, directory: str | Path, *, split: Split = "train", verify: bool = True) -> Dataset:
-        """Open ``split`` of ``directory``; ``verify`` re-hashes the shards first (see module)."""
+    def open(
+        cls,
+        directory: str | Path,
+        *,
+        split: Split = "train",
+        verify: bool = True,
+        lazy: bool = False,
+    ) -> Dataset:
+        """Open ``split`` of ``directory``; ``verify`` re-hashes the shards first, ``lazy``
+        re-hashes each shard on its first use instead (see module)."""
         directory = Path(directory)
         shards, root, shard_root = load_split(directory, split)
-        if verify:
-            name = MANIFEST_FILE if split == "train" else HOLDOUT_FILE
+        name = MANIFEST_FILE if split == "train" else HOLDOUT_FILE
+        if verify or lazy:
             check_shard_root(shards, shard_root, name)
+        if verify and not lazy:
             shards.check_files()
-        return cls(shards, root)
+        return cls(shards, root, lazy=lazy)
+
+    def _map(self, shard: int) -> Tokens:
+        """The map of ``shard``; a lazy reader verifies and maps it on first use."""
+        mapped = self._maps[shard]
+        if mapped is None:
+            self._shards.check_file(shard)
+            mapped = self._maps[shard] = self._shards.map(shard)
+        return mapped
 
     @property
     def seq_len(self) -> int:
@@ -138,20 +160,20 @@ class Dataset:
     def sample(self, index: int) -> Tokens:
         """Sample ``index`` (global order): a new ``uint16`` array of ``seq_len + 1`` ids."""
         shard, row = self._locate(index)
-        return np.array(self._maps[shard][row], dtype=np.uint16)
+        return np.array(self._map(shard)[row], dtype=np.uint16)
 
     def samples(self, ids: Sequence[int] | npt.NDArray[np.integer]) -> Tokens:
         """The samples ``ids`` in the order given: ``uint16`` array ``(len(ids), seq_len+1)``."""
         out = np.empty((len(ids), self.seq_len + 1), dtype=np.uint16)
         for k, index in enumerate(ids):
             shard, row = self._locate(int(index))
-            out[k] = self._maps[shard][row]
+            out[k] = self._map(shard)[row]
         return out
 
     def check_root(self) -> MerkleTree:
         """Build (once) the sample tree; DatasetError if its root is not the declared one."""
         if self._tree is None:
-            tree = self._shards.tree(self._maps)
+            tree = self._shards.tree([self._map(i) for i in range(len(self._maps))])
             if tree.root.hex() != self._merkle_root:
                 raise DatasetError(
                     f"merkle_root {self._merkle_root} != recomputed {tree.root.hex()}"

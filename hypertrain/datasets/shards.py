@@ -104,32 +104,37 @@ class ShardSet:
 
     def check_files(self) -> None:
         """Re-hash every shard in order; DatasetError naming the first missing/resized/bad one."""
-        for i, expected in enumerate(self.sha256s):
-            path = self.path(i)
-            size = self.rows(i) * (self.seq_len + 1) * 2
-            try:
-                actual_size = path.stat().st_size
-                if actual_size != size:
-                    raise DatasetError(f"{path.name}: {actual_size} bytes, expected {size}")
-                digest = hashlib.sha256()
-                with path.open("rb") as f:
-                    while chunk := f.read(_CHUNK):
-                        digest.update(chunk)
-            except FileNotFoundError:
-                raise DatasetError(f"{path.name}: missing") from None
-            except OSError as e:
-                raise DatasetError(f"{path.name}: unreadable ({e.strerror})") from None
-            if digest.hexdigest() != expected:
-                raise DatasetError(
-                    f"{path.name}: sha256 {digest.hexdigest()} != manifest {expected}"
-                )
+        for i in range(len(self.sha256s)):
+            self.check_file(i)
+
+    def check_file(self, index: int) -> None:
+        """Re-hash shard ``index``; DatasetError naming it when missing, resized or bad."""
+        expected = self.sha256s[index]
+        path = self.path(index)
+        size = self.rows(index) * (self.seq_len + 1) * 2
+        try:
+            actual_size = path.stat().st_size
+            if actual_size != size:
+                raise DatasetError(f"{path.name}: {actual_size} bytes, expected {size}")
+            digest = hashlib.sha256()
+            with path.open("rb") as f:
+                while chunk := f.read(_CHUNK):
+                    digest.update(chunk)
+        except FileNotFoundError:
+            raise DatasetError(f"{path.name}: missing") from None
+        except OSError as e:
+            raise DatasetError(f"{path.name}: unreadable ({e.strerror})") from None
+        if digest.hexdigest() != expected:
+            raise DatasetError(f"{path.name}: sha256 {digest.hexdigest()} != manifest {expected}")
+
+    def map(self, index: int) -> Tokens:
+        """A read-only memory map of shard ``index``, shape ``(rows(index), seq_len+1)``."""
+        shape = (self.rows(index), self.seq_len + 1)
+        return np.memmap(self.path(index), dtype=_LE_U16, mode="r", shape=shape)
 
     def maps(self) -> list[Tokens]:
         """Read-only memory maps of the shards, shape ``(rows(i), seq_len+1)``, LE uint16."""
-        return [
-            np.memmap(self.path(i), dtype=_LE_U16, mode="r", shape=(self.rows(i), self.seq_len + 1))
-            for i in range(len(self.sha256s))
-        ]
+        return [self.map(i) for i in range(len(self.sha256s))]
 
     def check_tokens(self, maps: Sequence[Tokens]) -> None:
         """DatasetError naming the first shard holding an id outside the vocabulary."""

@@ -139,6 +139,11 @@ class CoordinatorClient:
         _, body = await self._request("GET", f"/v1/runs/{run_id}")
         return dict(body)
 
+    async def dataset(self, run_id: str) -> dict[str, Any]:
+        """``GET /v1/runs/{id}/dataset``: the run's registered dataset (404 when none)."""
+        _, body = await self._request("GET", f"/v1/runs/{run_id}/dataset")
+        return dict(body)
+
     async def beacon_latest(self) -> int:
         _, body = await self._request("GET", "/v1/beacon/latest")
         return int(body["round"])

@@ -5,7 +5,9 @@ Keys (unknown keys are errors that name the key)::
     api                required   base URL of the challenge API (https, or http on loopback)
     keyfile            required   the miner's seed file (hypertrain keys new)
     workdir            required   journal and per-round artifacts
-    data_dir           required   a dataset built with `hypertrain datasets build`
+    data_dir           optional   a dataset built with `hypertrain datasets build`; default:
+                                  fetch the shards each round needs from the coordinator
+                                  (the run's registered dataset) into workdir/dataset
     run_id             optional   default: the only run listed at GET /v1/runs
     owner_hotkey       optional   when set, the run manifest must be signed by it
     device             "cpu"      the only device of this client
@@ -37,7 +39,7 @@ __all__ = ["DEFAULT_CHUNK_BYTES", "ENV_PREFIX", "ConfigError", "MinerConfig", "l
 ENV_PREFIX: Final = "HYPERTRAIN_MINER_"
 DEFAULT_CHUNK_BYTES: Final = 64 << 20
 DEFAULT_POLL_SECONDS: Final = 2.0
-_REQUIRED: Final = ("api", "keyfile", "workdir", "data_dir")
+_REQUIRED: Final = ("api", "keyfile", "workdir")
 _PATHS: Final = frozenset({"keyfile", "workdir", "data_dir"})
 _TYPES: Final[dict[str, type]] = {
     "api": str,
@@ -66,7 +68,7 @@ class MinerConfig:
     api: str
     keyfile: Path
     workdir: Path
-    data_dir: Path
+    data_dir: Path | None = None
     run_id: str | None = None
     owner_hotkey: str | None = None
     device: str = "cpu"
@@ -130,7 +132,8 @@ def _validate(values: Mapping[str, Any], where: str) -> MinerConfig:
         raise ConfigError(f"{where}: chunk_bytes must be in [1, 2^40]")
     fields = dict(values)
     for key in _PATHS:
-        fields[key] = Path(fields[key])
+        if key in fields:
+            fields[key] = Path(fields[key])
     fields["poll_seconds"] = float(fields.get("poll_seconds", DEFAULT_POLL_SECONDS))
     fields["api"] = str(fields["api"]).rstrip("/")
     return MinerConfig(**fields)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 import attrs
@@ -30,6 +30,7 @@ import trio
 from hypertrain.miner.artifacts import RoundDir
 from hypertrain.miner.client import ApiError, CoordinatorClient, UploadRefused
 from hypertrain.miner.config import MinerConfig
+from hypertrain.miner.datacache import DataFetchError
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.journal import Journal
 from hypertrain.miner.progress import Progress
@@ -64,6 +65,7 @@ __all__ = [
 
 DRIVER_VERSION: Final = "cpu"
 Hook = Callable[[str, int], None]
+Prepare = Callable[[Sequence[int], int], Awaitable[None]]
 """``(point, w)``: called at each phase boundary and inner ``step`` (a test hook)."""
 
 
@@ -130,6 +132,8 @@ class RoundRunner:
     mode: HoneypotMode = HoneypotMode.HONEST
     hook: Hook | None = None
     settings: RoundSettings = DEFAULT_SETTINGS
+    prepare: Prepare | None = None
+    """Called with the assigned sample ids and D before training (fetches remote shards)."""
 
     def _hook(self, point: str, w: int) -> None:
         if self.hook is not None:
@@ -272,6 +276,11 @@ class RoundRunner:
             raise _Abort(RoundStatus.SKIPPED, "not in the RoundOpen roster")
         mine = self._my_assignment(w, view, ro)
         self.progress.phase(w, "assigned", slot=mine.slot, samples=len(mine.samples))
+        if self.prepare is not None:
+            try:
+                await self.prepare(mine.samples, int(view["now_round"]))
+            except DataFetchError as e:
+                raise MinerProtocolError(f"round {w}: dataset: {e}") from None
         theta_start = await self.state_source.load(w, view, ro)
         if not accepted:
             await self._accept(w, mine, view)

@@ -7,8 +7,10 @@
    when configured);
 2. calls :func:`hypertrain.trainer.determinism.configure` with ``reference_spec.env`` (torch is
    imported for the first time there, never before);
-3. opens the local dataset and checks its ``merkle_root``, ``n_samples`` and
-   ``shard_sha256_root`` against the manifest's ``dataset`` section;
+3. opens the local dataset (``data_dir``) and checks its ``merkle_root``, ``n_samples`` and
+   ``shard_sha256_root`` against the manifest's ``dataset`` section; without ``data_dir`` a
+   :class:`~hypertrain.miner.datacache.RemoteDataset` fetches, before each round's training,
+   the shards it needs from the run's registered dataset (checked against the same section);
 4. runs rounds ``start .. start + rounds - 1`` with a :class:`RoundRunner`, pruning artifacts
    older than ``E_vest_rounds + 2`` rounds.
 
@@ -30,6 +32,7 @@ from hypertrain.datasets.reader import Dataset
 from hypertrain.miner.artifacts import prune
 from hypertrain.miner.client import ApiError, CoordinatorClient
 from hypertrain.miner.config import MinerConfig
+from hypertrain.miner.datacache import RemoteDataset
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.journal import Journal
 from hypertrain.miner.progress import Progress
@@ -37,6 +40,7 @@ from hypertrain.miner.round import (
     DEFAULT_SETTINGS,
     Hook,
     MinerProtocolError,
+    Prepare,
     RoundOutcome,
     RoundRunner,
     RoundSettings,
@@ -103,6 +107,8 @@ def verify_manifest(run: dict[str, Any], run_id: str, owner: str | None) -> RunM
 
 def check_dataset(config: MinerConfig, manifest: RunManifest) -> Dataset:
     """Open ``data_dir`` (re-hashing its shards) and match it against ``manifest.dataset``."""
+    if config.data_dir is None:
+        raise MinerFatal("data_dir is not configured")
     try:
         record = load_record(DatasetManifest, config.data_dir / MANIFEST_FILE)
         dataset = Dataset.open(config.data_dir)
@@ -151,7 +157,12 @@ async def run_miner(
             configure(manifest.reference_spec.env)
         except TrainerError as e:
             raise MinerFatal(f"determinism: {e}") from None
-        dataset = check_dataset(config, manifest)
+        if config.data_dir is None:
+            remote = RemoteDataset(client, keypair, run_id, manifest, config.workdir)
+            samples: Callable[[Any], Any] = remote.samples
+            prepare: Prepare | None = remote.ensure
+        else:
+            samples, prepare = check_dataset(config, manifest).samples, None
         journal = Journal.open(config.workdir)
         if start is None:
             pending = journal.unfinished()
@@ -164,7 +175,8 @@ async def run_miner(
             manifest=manifest,
             run_id=run_id,
             journal=journal,
-            samples=dataset.samples,
+            samples=samples,
+            prepare=prepare,
             progress=progress,
             state_source=StartStateSource(manifest, run_id, client, keypair, config.state_source),
             mode=mode,

@@ -14,7 +14,10 @@
   file is reported as ``CorruptObject`` and its bytes are never returned (``open_read`` hashes
   the whole file before the first chunk is handed out, and again while streaming).
 - Temp files left by a crash are removed by :meth:`ObjectStore.open`, which assumes one owning
-  process per root (one daemon per state directory).
+  process per root (one daemon per state directory). Another process writing into a root it
+  does not own (``hypertrain datasets pin`` into a running daemon's store) opens it with
+  ``clean_tmp=False``: only the owning process cleans temp files, since another one's may be
+  in flight.
 
 The store knows nothing of the database: a higher layer records accepted objects (see
 ``hypertrain.store.catalog``) after ``put_stream`` returned, so a row never names an object that
@@ -126,13 +129,16 @@ class ObjectStore:
         self._corrupt_found = 0
 
     @classmethod
-    def open(cls, root: str | Path, *, offload_fsync: bool = False) -> ObjectStore:
-        """Create ``root`` (and ``root/tmp``) if needed and remove temp files left by a crash."""
+    def open(
+        cls, root: str | Path, *, offload_fsync: bool = False, clean_tmp: bool = True
+    ) -> ObjectStore:
+        """Create ``root`` (and ``root/tmp``) if needed and, with ``clean_tmp`` (the owning
+        process only), remove temp files left by a crash."""
         root = Path(root)
         tmp = root / _TMP
         tmp.mkdir(parents=True, exist_ok=True)
         cleaned = 0
-        for leftover in tmp.iterdir():
+        for leftover in tmp.iterdir() if clean_tmp else ():
             leftover.unlink(missing_ok=True)
             cleaned += 1
         if cleaned:

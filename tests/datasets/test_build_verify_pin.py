@@ -313,3 +313,33 @@ def test_python_dash_m_entry_point(built: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0
     assert done.stdout.startswith("OK ")
+
+
+def test_pin_leaves_the_daemons_temp_files_alone(
+    built: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    objects = tmp_path / "objects"
+    (objects / "tmp").mkdir(parents=True)
+    in_flight = objects / "tmp" / "daemon-upload.part"
+    in_flight.write_bytes(b"half of an upload in flight")
+    code, _, err = _run(capsys, "pin", "--data-dir", str(built), "--out-objects", str(objects))
+    assert (code, err) == (0, "")
+    assert in_flight.read_bytes() == b"half of an upload in flight"
+
+
+def test_lazy_reader_needs_and_verifies_only_the_shards_it_reads(copy: Path) -> None:
+    full = Dataset.open(copy)
+    (copy / "shard-00001.u16").unlink()
+    path = copy / "shard-00002.u16"
+    data = bytearray(path.read_bytes())
+    data[0] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(DatasetError, match=r"shard-00001\.u16: missing"):
+        Dataset.open(copy)
+    lazy = Dataset.open(copy, lazy=True)
+    ids = [0, PER_SHARD - 1, 3 * PER_SHARD]
+    assert lazy.samples(ids).tolist() == full.samples(ids).tolist()
+    with pytest.raises(DatasetError, match=r"shard-00001\.u16: missing"):
+        lazy.sample(PER_SHARD)
+    with pytest.raises(DatasetError, match=r"shard-00002\.u16: sha256"):
+        lazy.samples([2 * PER_SHARD])

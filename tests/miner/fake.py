@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -65,6 +66,9 @@ class FakeCoordinator:
     grants: dict[str, tuple[int, str, str]] = attrs.Factory(dict)
     state_sha: dict[int, str] = attrs.Factory(dict)
     theta_hash: dict[int, str] = attrs.Factory(dict)
+    dataset: dict[str, Any] | None = None
+    """The ``GET /v1/runs/{id}/dataset`` answer (None: 404, no dataset registered)."""
+    object_gets: list[str] = attrs.Factory(list)
 
     def __attrs_post_init__(self) -> None:
         theta0 = init_params(self.manifest.model)
@@ -78,6 +82,20 @@ class FakeCoordinator:
     @property
     def run_id(self) -> str:
         return self.manifest.run_id()
+
+    def serve_dataset(self, data_dir: Path) -> None:
+        """Register the build in ``data_dir`` as the run's dataset and serve its objects."""
+        manifest_bytes = (data_dir / "manifest.json").read_bytes()
+        record = json.loads(manifest_bytes)
+        sha = hashlib.sha256(manifest_bytes).hexdigest()
+        self.objects[sha] = manifest_bytes
+        for i, shard_sha in enumerate(record["shard_sha256s"]):
+            self.objects[shard_sha] = (data_dir / f"shard-{i:05d}.u16").read_bytes()
+        self.dataset = {
+            "run_id": self.run_id, "manifest_sha256": sha, "seq_len": record["seq_len"],
+            "samples_per_shard": record["samples_per_shard"],
+            "n_samples": record["n_samples"], "shard_sha256s": record["shard_sha256s"],
+        }  # fmt: skip
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
@@ -133,11 +151,16 @@ class FakeCoordinator:
             env = seal(self.owner, "RunManifest", self.run_id, self.manifest, NEVER)
             return _ok({"run_id": self.run_id, "status": "running",
                         "manifest_envelope": env.to_json(), "rounds": [{"w": 0}]})  # fmt: skip
+        if method == "GET" and path == prefix + "/dataset":
+            if self.dataset is None:
+                return _err(404, "no dataset registered for this run")
+            return _ok(self.dataset)
         if method == "GET" and path.startswith(prefix + "/rounds/"):
             view = self.view(int(path.rsplit("/", 1)[1]))
             return _ok(view) if view is not None else _err(404, "no such round")
         if method == "GET" and path.startswith("/v1/objects/"):
             sha = path.rsplit("/", 1)[1]
+            self.object_gets.append(sha)
             if request.headers.get("X-HT-Run") != self.run_id or sha not in self.objects:
                 return _err(404, "unknown object")
             return httpx.Response(200, content=self.objects[sha])

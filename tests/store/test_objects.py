@@ -298,3 +298,13 @@ async def test_any_chunking_stores_the_same_object(
     assert (info.sha256, info.size) == (sha, len(data))
     assert await objects.get(sha) == data
     assert leftovers(objects.root) == []
+
+
+def test_open_without_clean_tmp_leaves_another_writers_temp_files(tmp_path: Path) -> None:
+    root = tmp_path / "objects"
+    (root / "tmp").mkdir(parents=True)
+    in_flight = root / "tmp" / "daemon-upload.part"
+    in_flight.write_bytes(b"an upload the owning daemon is still writing")
+    store = ObjectStore.open(root, clean_tmp=False)
+    assert in_flight.exists()
+    assert store.statistics().temp_files_cleaned == 0

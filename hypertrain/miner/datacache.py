@@ -1,0 +1,173 @@
+"""The miner's copy of the run's dataset when ``data_dir`` is not configured.
+
+The operator registered the run's pinned dataset (``PUT /v1/admin/runs/{id}/dataset``); the
+miner reads ``GET /v1/runs/{id}/dataset`` and, before training a round, fetches the pinned
+``manifest.json`` and the shards holding its assigned sample ids (shard = id //
+samples_per_shard) into ``<workdir>/dataset/`` in the build layout (``manifest.json`` +
+``shard-{i:05d}.u16``), each with the signed ``GET /v1/objects/{sha}``. Promises:
+
+- every fetched object is hash-checked before it is written; it goes to a temp file in the
+  same directory, fsynced, then renamed into place (and the directory fsynced): a wrong answer
+  raises :class:`DataFetchError` and writes nothing;
+- the cache persists across rounds and restarts: a present file whose sha256 matches is not
+  fetched again, a corrupt one is fetched again;
+- the manifest's ``dataset_spec()`` must equal the run manifest's ``dataset`` section and its
+  ``seq_len`` the model's; the reader is opened lazily (:meth:`Dataset.open` with ``lazy=True``)
+  so only the shards a round reads must exist, each re-hashed on first use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+
+from hypertrain.datasets.errors import DatasetError
+from hypertrain.datasets.manifest import MANIFEST_FILE, TRAIN_PREFIX, DatasetManifest, load_record
+from hypertrain.datasets.reader import Dataset
+from hypertrain.datasets.shards import shard_name
+from hypertrain.miner.client import ApiError, CoordinatorClient
+from hypertrain.protocol.keys import Keypair
+from hypertrain.protocol.manifest import DatasetSpec, RunManifest
+
+__all__ = ["CACHE_DIR", "DataFetchError", "RemoteDataset", "needed_shards"]
+
+CACHE_DIR: Final = "dataset"
+"""The cache's directory under the miner's workdir."""
+_CHUNK: Final = 1 << 20
+
+
+class DataFetchError(Exception):
+    """The dataset cannot be fetched, or what was served is not what the run committed to."""
+
+
+def needed_shards(ids: Iterable[int], samples_per_shard: int) -> list[int]:
+    """The shard indices holding sample ``ids``, ascending."""
+    return sorted({int(i) // samples_per_shard for i in ids})
+
+
+def _file_sha256(path: Path) -> str | None:
+    try:
+        digest = hashlib.sha256()
+        with path.open("rb") as f:
+            while chunk := f.read(_CHUNK):
+                digest.update(chunk)
+    except FileNotFoundError:
+        return None
+    return digest.hexdigest()
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.part")
+    try:
+        with temp.open("xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
+def _check_spec(record: DatasetManifest, spec: DatasetSpec) -> None:
+    mine = record.dataset_spec()
+    for f in attrs.fields(DatasetSpec):
+        have, want = getattr(mine, f.name), getattr(spec, f.name)
+        if have != want:
+            raise DataFetchError(
+                f"dataset manifest {f.name} is {have!r}, the run manifest's dataset has {want!r}"
+            )
+
+
+class RemoteDataset:
+    """The run's dataset fetched on demand into ``<workdir>/dataset`` (module docstring)."""
+
+    def __init__(
+        self,
+        client: CoordinatorClient,
+        keypair: Keypair,
+        run_id: str,
+        manifest: RunManifest,
+        workdir: Path,
+    ) -> None:
+        self.client, self.keypair, self.run_id, self.manifest = client, keypair, run_id, manifest
+        self.directory = workdir / CACHE_DIR
+        self.fetched = 0
+        """Objects downloaded since construction (tests count them)."""
+        self._record: DatasetManifest | None = None
+        self._dataset: Dataset | None = None
+
+    async def _fetch(self, sha256: str, path: Path, now: int) -> None:
+        """Make ``path`` hold the object ``sha256`` (cached when it already does)."""
+        if _file_sha256(path) == sha256:
+            return
+        try:
+            data = await self.client.get_object(self.keypair, self.run_id, sha256, now)
+        except ApiError as e:
+            raise DataFetchError(f"cannot fetch {path.name} ({sha256}): {e}") from None
+        got = hashlib.sha256(data).hexdigest()
+        if got != sha256:
+            raise DataFetchError(
+                f"the coordinator served {path.name} with sha256 {got}, expected {sha256};"
+                " nothing was written"
+            )
+        self.fetched += 1
+        _write_atomically(path, data)
+
+    async def _open(self, now: int) -> DatasetManifest:
+        if self._record is not None:
+            return self._record
+        try:
+            info: dict[str, Any] = await self.client.dataset(self.run_id)
+        except ApiError as e:
+            raise DataFetchError(f"run {self.run_id}: no dataset to fetch: {e}") from None
+        self.directory.mkdir(parents=True, exist_ok=True)
+        sha = str(info["manifest_sha256"])
+        await self._fetch(sha, self.directory / MANIFEST_FILE, now)
+        try:
+            record = load_record(DatasetManifest, self.directory / MANIFEST_FILE)
+            record.check_counts()
+        except DatasetError as e:
+            raise DataFetchError(f"dataset manifest {sha}: {e}") from None
+        _check_spec(record, self.manifest.dataset)
+        if record.seq_len != self.manifest.model.seq_len:
+            raise DataFetchError(
+                f"dataset seq_len {record.seq_len} != the model's {self.manifest.model.seq_len}"
+            )
+        self._record = record
+        return record
+
+    async def ensure(self, ids: Iterable[int], now: int) -> None:
+        """Fetch (or find cached) the manifest and the shards holding ``ids``; ``now`` is the
+        beacon round the signed object requests are valid from."""
+        record = await self._open(now)
+        for i in needed_shards(ids, record.samples_per_shard):
+            if not 0 <= i < record.n_shards:
+                raise DataFetchError(f"sample ids past the dataset's {record.n_samples} samples")
+            path = self.directory / shard_name(TRAIN_PREFIX, i)
+            await self._fetch(record.shard_sha256s[i], path, now)
+        if self._dataset is None:
+            try:
+                self._dataset = Dataset.open(self.directory, lazy=True)
+            except DatasetError as e:
+                raise DataFetchError(f"{self.directory}: {e}") from None
+
+    def samples(self, ids: Any) -> Any:
+        """The samples ``ids`` (after :meth:`ensure` fetched their shards)."""
+        if self._dataset is None:
+            raise DataFetchError("the dataset is not fetched yet")
+        return self._dataset.samples(ids)
