@@ -29,7 +29,7 @@ from hypertrain.datasets.shards import shard_name
 from hypertrain.datasets.verify import verify
 from hypertrain.store.objects import READ_CHUNK_SIZE, ObjectStore
 
-__all__ = ["PinResult", "pin"]
+__all__ = ["PinResult", "pin", "pin_async"]
 
 
 @attrs.frozen
@@ -62,9 +62,15 @@ async def _put_all(store: ObjectStore, files: list[tuple[Path, str | None]]) -> 
 def pin(data_dir: str | Path, objects_dir: str | Path) -> PinResult:
     """Verify ``data_dir`` and store its train shards and manifest under ``objects_dir``.
 
-    Raises DatasetError when the build does not verify; store errors (``ContentMismatch`` if a
-    file changed after verification) propagate.
+    The synchronous entry of the CLI; inside Trio, await :func:`pin_async`. Raises DatasetError
+    when the build does not verify; store errors (``ContentMismatch`` if a file changed after
+    verification) propagate.
     """
+    return trio.run(pin_async, data_dir, objects_dir)
+
+
+async def pin_async(data_dir: str | Path, objects_dir: str | Path) -> PinResult:
+    """:func:`pin`, for callers already running Trio."""
     data_dir = Path(data_dir)
     verify(data_dir)
     manifest = load_record(DatasetManifest, data_dir / MANIFEST_FILE)
@@ -74,7 +80,7 @@ def pin(data_dir: str | Path, objects_dir: str | Path) -> PinResult:
     ]
     files.append((data_dir / MANIFEST_FILE, None))
     store = ObjectStore.open(objects_dir, clean_tmp=False)
-    stored = trio.run(_put_all, store, files)
+    stored = await _put_all(store, files)
     return PinResult(
         objects=tuple(stored), manifest_sha256=stored[-1], fragment=manifest.fragment()
     )

@@ -25,6 +25,7 @@ from hypertrain.beacon import ChainInfo
 from hypertrain.coordinator.settings import CoordinatorSettings
 from hypertrain.daemon.main import DaemonHandle, serve_daemon
 from hypertrain.daemon.settings import DaemonSettings
+from hypertrain.datasets.pin import pin_async
 from hypertrain.miner.config import MinerConfig
 from hypertrain.miner.journal import Journal
 from hypertrain.miner.progress import Progress
@@ -100,7 +101,7 @@ async def _launch(client: httpx.AsyncClient, run_manifest: RunManifest) -> str:
     return run_id
 
 
-def _config(tmp_path: Path, key: Keypair, data_dir: Path) -> MinerConfig:
+def _config(tmp_path: Path, key: Keypair, data_dir: Path | None) -> MinerConfig:
     home = tmp_path / key.ss58[:8]
     home.mkdir()
     write_seed_file(home / "miner.key", key.seed)
@@ -172,3 +173,46 @@ def _envelope(stored: Any) -> Any:
     if isinstance(stored, dict) and "envelope" in stored:
         return stored["envelope"]
     return stored
+
+
+async def test_miners_without_a_local_copy_fetch_the_registered_dataset(
+    tmp_path: Path,
+    data_dir: Path,
+    run_manifest: RunManifest,
+    configured: None,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The operator pins the build into the daemon's object store before starting it.
+    pinned = await pin_async(data_dir, tmp_path / "state" / "objects")
+    async with (
+        _daemon(tmp_path) as (_handle, transport),
+        httpx.AsyncClient(transport=transport, base_url=API) as client,
+    ):
+        run_id = await _launch(client, run_manifest)
+        registered = await client.put(
+            f"/v1/admin/runs/{run_id}/dataset",
+            json={"manifest_sha256": pinned.manifest_sha256},
+            headers=admin_headers(),
+        )
+        assert registered.status_code == 200, registered.text
+        key = MINERS[0]
+        config = _config(tmp_path, key, None)
+        with trio.fail_after(ROUND_TIMEOUT):
+            summary = await run_miner(
+                config,
+                key,
+                rounds=1,
+                start=0,
+                transport=transport,
+                progress=Progress(io.StringIO()),
+                configure=lambda env: None,
+            )
+        view = (await client.get(f"/v1/runs/{run_id}/rounds/0")).json()
+    assert summary.exit_code == 0
+    row = {r["hotkey"]: r for r in view["miners"]}[key.ss58]
+    assert row["status"] == "UPLOADED"
+    # Only the shards holding this miner's samples were fetched, each byte-identical.
+    fetched = sorted(config.workdir.rglob("shard-*.u16"))
+    assert fetched
+    for path in fetched:
+        assert path.read_bytes() == (data_dir / path.name).read_bytes()
