@@ -1,0 +1,67 @@
+"""Time the outer merge: 16 miners x ~1M float32 parameters (spec 7, aggregator.merge).
+
+Run: ``.venv/bin/python bench/aggregator.py [--miners 16] [--params 1048576] [--iters 1]``.
+Prints ms for norm over 4.3M params, one CenteredClip iteration, the copy screen and a round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import numpy as np
+
+from hypertrain.aggregator.copyscreen import copy_screen
+from hypertrain.aggregator.merge import Params, aggregate_round, centered_clip, norm, preclip
+from hypertrain.aggregator.outerstate import OuterState
+
+F32 = np.float32
+
+
+def _model(rng: np.random.Generator, params: int, scale: float) -> dict[str, np.ndarray]:
+    sizes = [params // 2, params // 4, params - params // 2 - params // 4]
+    return {f"t{i}": (rng.standard_normal(n) * scale).astype(F32) for i, n in enumerate(sizes)}
+
+
+def _ms(fn: object, repeat: int = 3) -> float:
+    best = math.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()  # type: ignore[operator]
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--miners", type=int, default=16)
+    ap.add_argument("--params", type=int, default=1 << 20)
+    ap.add_argument("--iters", type=int, default=1)
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    big = _model(rng, 4_300_000, 1.0)
+    print(f"norm over 4.3M params: {_ms(lambda: norm(big)):.1f} ms")
+    state = OuterState.genesis(_model(rng, args.params, 1.0))
+    deltas = {f"miner{i:02d}": _model(rng, args.params, 1e-3) for i in range(args.miners)}
+    params = Params(
+        opt="nesterov",
+        lr=F32(0.4),
+        momentum=F32(0.9),
+        preclip_norm=F32(1.0),
+        cclip_tau=F32(1.0),
+        cclip_iters=args.iters,
+    )
+    pre = {hk: preclip(d, 1.0)[0] for hk, d in deltas.items()}
+    one = _ms(lambda: centered_clip(pre, state.center, 1.0, 1))
+    two = _ms(lambda: centered_clip(pre, state.center, 1.0, 2))
+    screen = _ms(lambda: copy_screen(pre), repeat=1)
+    total = _ms(lambda: aggregate_round(state, deltas, params), repeat=1)
+    print(f"{args.miners} miners x {args.params} params, cclip_iters={args.iters}")
+    print(f"  CenteredClip: {one:.1f} ms (1 iter), {two - one:.1f} ms per further iteration")
+    print(f"  copy screen:  {screen:.1f} ms ({args.miners * (args.miners - 1) // 2} pairs)")
+    print(f"  aggregate_round: {total:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
