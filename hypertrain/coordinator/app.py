@@ -14,6 +14,7 @@ from typing import Final
 from quart_trio import QuartTrio
 
 from hypertrain.coordinator import (
+    routes_aggregator,
     routes_beacon,
     routes_datasets,
     routes_events,
@@ -38,6 +39,7 @@ ROUTE_MODULES: Final[tuple[Register, ...]] = (
     routes_miner.register,
     routes_objects.register,
     routes_datasets.register,
+    routes_aggregator.register,
 )
 """The ``register`` functions ``create_app`` calls, in order."""
 

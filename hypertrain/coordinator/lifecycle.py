@@ -24,17 +24,20 @@ NO_HONEYPOT, sealed by K_coord with ``exp_drand = NEVER``.
 
 from __future__ import annotations
 
-import functools
-import json
 import sqlite3
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from attrs import frozen
 
 from hypertrain.beacon.chain import ChainInfo
 from hypertrain.beacon.ingest import latest_round
-from hypertrain.coordinator.roundstore import RoundRow, insert_round
+from hypertrain.coordinator.roundopen import (
+    open_planned,
+    parse_manifest,
+    plan_round,
+    seal_round_open,
+)
+from hypertrain.coordinator.roundstore import RoundRow
 from hypertrain.coordinator.runs import (
     RosterRow,
     RunRow,
@@ -44,19 +47,13 @@ from hypertrain.coordinator.runs import (
     insert_run,
     next_round_w,
     record_seen,
-    roster_rows,
     set_status,
 )
-from hypertrain.protocol.converter import structure, unstructure
-from hypertrain.protocol.envelope import NEVER, Verified, check_shape, seal, verify
+from hypertrain.protocol.envelope import Verified, check_shape, verify
 from hypertrain.protocol.errors import Conflict, ContractMismatch, Malformed, NotConfigured
-from hypertrain.protocol.hashes import NO_HONEYPOT, ZERO_STATE, roster_hash
+from hypertrain.protocol.hashes import ZERO_STATE
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
-from hypertrain.protocol.messages import RoundOpen
-from hypertrain.rounds.assignment import next_base
-from hypertrain.rounds.audit import RosterMember, audit_reasons, roster_entries
-from hypertrain.rounds.deadlines import template
 from hypertrain.rounds.states import RoundState
 
 __all__ = [
@@ -76,12 +73,6 @@ class LedgerParams:
     epochs_per_round: int
     vest_rounds: int
     forgive_per_epoch: int
-
-
-@functools.lru_cache(maxsize=8)
-def parse_manifest(envelope_text: str) -> RunManifest:
-    """The RunManifest of a stored envelope (canonical JSON text), memoised."""
-    return structure(RunManifest, json.loads(envelope_text)["body"])
 
 
 def check_manifest(
@@ -155,25 +146,6 @@ def create_run(
     return run_id
 
 
-def _member(row: RosterRow) -> RosterMember:
-    return RosterMember(
-        hotkey=row.hotkey,
-        bond=row.bond,
-        probation=row.probation,
-        flags=frozenset(row.flags),
-        cluster=row.cluster,
-        admitted_w=row.admitted_w,
-    )
-
-
-def _faulted_clusters(conn: sqlite3.Connection, run_id: str) -> frozenset[str]:
-    return frozenset(
-        row.cluster
-        for row in roster_rows(conn, run_id)
-        if row.blacklisted and row.cluster is not None
-    )
-
-
 def open_round_zero(
     conn: sqlite3.Connection,
     run: RunRow,
@@ -182,43 +154,16 @@ def open_round_zero(
     coord: Keypair,
 ) -> RoundRow:
     """Seal and store round 0 opened at ``d_open = D + 1`` (module doc)."""
-    assert run.config is not None
     manifest = parse_manifest(run.manifest_envelope)
-    verify_spec = manifest.verify
-    faulted = _faulted_clusters(conn, run.run_id)
-    roster = roster_entries([_member(m) for m in members], 0, verify_spec, faulted)
-    reasons: Mapping[str, tuple[str, ...]] = {
-        m.hotkey: audit_reasons(_member(m), 0, verify_spec, faulted) for m in members
-    }
-    base = next_base(0, 0, len(roster), manifest)
-    d = template(D + 1, verify_spec.T, run.config)
-    roster_json: list[dict[str, Any]] = [unstructure(entry) for entry in roster]
-    body = RoundOpen(
-        w=0,
+    plan = plan_round(conn, run, members, 0, D + 1)
+    body = plan.body(
         prev_final_hash=manifest.init_state_hash,
         theta_hash=manifest.init_state_hash,
         outer_state_hash=ZERO_STATE,
         center_hash=ZERO_STATE,
-        roster=roster,
-        roster_hash=roster_hash(roster_json),
-        honeypot_commit=run.honeypot_commit or NO_HONEYPOT,
-        d_open=d.d_open,
-        d_assign=d.d_assign,
-        d_commit=d.d_commit,
-        d_audit=d.d_audit,
-        d_upload=d.d_upload,
-        d_final=d.d_final,
     )
-    envelope = seal(coord, "RoundOpen", run.run_id, body, NEVER)
-    return insert_round(
-        conn,
-        envelope,
-        body,
-        base=base,
-        reasons=reasons,
-        now=D,
-        published_state=RoundState.OPEN,
-    )
+    envelope = seal_round_open(coord, run.run_id, body)
+    return open_planned(conn, plan, envelope, body, now=D, published_state=RoundState.OPEN)
 
 
 def set_paused(

@@ -21,6 +21,7 @@ from typing import Any
 from attrs import field, frozen
 
 from hypertrain.beacon.ingest import get_round, latest_round
+from hypertrain.coordinator.aggregation import AggregationRow, get_aggregation
 from hypertrain.coordinator.lifecycle import parse_manifest
 from hypertrain.coordinator.minerstore import MinerRow, StateRow, get_round_state, miner_details
 from hypertrain.coordinator.roundstore import (
@@ -98,6 +99,8 @@ class RoundFacts:
     """Each miner's posted messages, by hotkey (absent: nothing posted)."""
     start_state: StateRow | None = None
     """The published start state of the round (PUT .../rounds/{w}/state), or None."""
+    aggregation: AggregationRow | None = None
+    """The daemon's aggregation of the round (its tape), or None."""
 
     @property
     def assignment_due(self) -> bool:
@@ -125,6 +128,7 @@ def round_facts(conn: sqlite3.Connection, run_id: str, w: int) -> RoundFacts:
         miners=miner_rows(conn, run_id, w),
         details=miner_details(conn, run_id, w),
         start_state=get_round_state(conn, run_id, w),
+        aggregation=get_aggregation(conn, run_id, w),
     )
 
 
@@ -157,7 +161,11 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
     Beyond spec 9: ``state_sha256`` / ``v0_sha256`` name the published start state blob(s) of
     the round (null until ``PUT /v1/aggregator/runs/{id}/rounds/{w}/state``), and each
     ``miners[]`` item carries the Commit, Receipt and DeltaManifest envelopes once posted.
+    Once the daemon merged the round: ``tape_key``, ``update_norm`` (the merged update's L2
+    norm, a float), ``clipped`` (how many deltas were preclipped); ``heldout_loss`` is null
+    (the daemon does not evaluate a holdout split yet). All null before the merge.
     """
+    agg = facts.aggregation
     deadlines = facts.round.deadlines
     state = facts.start_state
     return {
@@ -169,6 +177,10 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
         "base": facts.round.base,
         "state_sha256": None if state is None else state.theta_start_sha256,
         "v0_sha256": None if state is None else state.v0_sha256,
+        "tape_key": None if agg is None else agg.tape_key,
+        "update_norm": None if agg is None else agg.update_norm,
+        "clipped": None if agg is None else agg.clipped,
+        "heldout_loss": None,
         "assignment": None if assignment is None else [a.to_json() for a in assignment],
         "assignment_beacon_round": deadlines.d_assign,
         "assignment_beacon_signature": facts.assign_signature,

@@ -134,6 +134,15 @@ def register(app: QuartTrio, ctx: Coordinator) -> None:
                     f"object is longer than the committed delta_bytes {grant.size}"
                 ) from None
             await ctx.db.write(record_object, info, int(ctx.wall.now()))
+        else:
+            # Already stored (a retried upload): still read what the client sends before
+            # answering, or a client busy sending can stall on a half-read connection.
+            with trio.move_on_after(UPLOAD_TIMEOUT):
+                received = 0
+                async for chunk in request.body:
+                    received += len(chunk)
+                    if received > grant.size:
+                        break
         return json_response({"sha256": grant.sha256, "size": grant.size})
 
     async def put_state(run_id: str, w: int) -> Response:

@@ -26,6 +26,7 @@ from hypertrain.beacon import (
     RelayClient,
     TickRecord,
 )
+from hypertrain.coordinator.aggregator_service import AggregatorService
 from hypertrain.coordinator.context import Coordinator, CoordinatorSink
 from hypertrain.daemon.settings import DaemonSettings
 from nurseries import RestartPolicy, SystemClock, WallClock
@@ -38,6 +39,7 @@ __all__ = [
     "ServiceFactory",
     "ServiceFn",
     "ServiceSpec",
+    "aggregator_service",
     "beacon_service",
     "checkpointer_service",
 ]
@@ -110,8 +112,16 @@ def checkpointer_service(parts: DaemonParts) -> ServiceFn | None:
     return parts.ctx.db.run_checkpointer
 
 
+def aggregator_service(parts: DaemonParts) -> ServiceFn | None:
+    """Merge each round at d_upload and open the next; only with K_coord configured."""
+    if parts.settings.coordinator.coord_key_file is None:
+        return None
+    return AggregatorService(parts.ctx).run
+
+
 SERVICES: Final[tuple[ServiceSpec, ...]] = (
     ServiceSpec("beacon", beacon_service, BEACON_POLICY),
     ServiceSpec("checkpointer", checkpointer_service),
+    ServiceSpec("aggregator", aggregator_service),
 )
 """Started in this order, after the HTTP server."""

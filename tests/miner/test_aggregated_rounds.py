@@ -1,0 +1,220 @@
+"""Three real miners and the real daemon for three rounds: the aggregator service merges each
+round at d_upload and opens the next (issue 7), in virtual time.
+
+Checked: every round w + 1 opens at ``d_open = max(D, d_upload(w))`` (spec 4.1), theta hashes
+chain (``RoundOpen(w+1).prev_final_hash == theta_hash == tape.theta_hash``; miners train from
+the published start state, checking its TH), each stored tape replays bit for bit, and a daemon
+stopped between storing a step's objects and its write opens the next round exactly once, from
+identical bytes, after a restart.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+
+import httpx
+import trio
+import trio.testing
+
+from hypertrain.aggregator.merge import Params
+from hypertrain.aggregator.tape import parse_signed_tape
+from hypertrain.aggregator.tape_replay import replay_tape
+from hypertrain.coordinator.aggregation import AggregationRow, Step, get_aggregation
+from hypertrain.coordinator.aggregator_service import AggregatorService
+from hypertrain.coordinator.roundstore import RoundRow, get_round_row, round_rows
+from hypertrain.daemon.main import DaemonHandle, serve_daemon
+from hypertrain.daemon.services import SERVICES, DaemonParts, ServiceFn, ServiceSpec
+from hypertrain.miner.progress import Progress
+from hypertrain.miner.session import Summary, run_miner
+from hypertrain.protocol.keys import Keypair
+from hypertrain.protocol.manifest import RunManifest
+from hypertrain.trainer.state import unpack_state
+from nurseries import VirtualClock
+from nurseries.testing import open_asgi_transport
+from tests.coordinator.harness import admin_headers
+from tests.miner.test_against_the_daemon import (
+    API,
+    COORD,
+    EPOCH,
+    MINERS,
+    STARTUP_TIMEOUT,
+    _config,
+    _launch,
+    _settings,
+)
+
+ROUNDS = 3
+RUN_TIMEOUT = 2400.0  # virtual seconds for three rounds
+
+
+@asynccontextmanager
+async def _daemon(
+    tmp_path: Path, services: Sequence[ServiceSpec] = SERVICES
+) -> AsyncIterator[tuple[DaemonHandle, httpx.AsyncBaseTransport]]:
+    async with trio.open_nursery() as nursery:
+        with trio.fail_after(STARTUP_TIMEOUT):
+            handle: DaemonHandle = await nursery.start(
+                partial(
+                    serve_daemon, _settings(tmp_path), wall=VirtualClock(EPOCH), services=services
+                )
+            )
+        try:
+            async with open_asgi_transport(handle.app, lifespan=False) as transport:
+                yield handle, transport
+        finally:
+            handle.request_shutdown()
+
+
+async def _total_rounds(client: httpx.AsyncClient, run_id: str, total: int) -> None:
+    # Config changes need a paused run.
+    base = f"/v1/admin/runs/{run_id}"
+    for path, body in (
+        (f"{base}/paused", {"paused": True}),
+        (f"{base}/config", {"train_rounds": 20, "final_after_upload": 5, "total_rounds": total}),
+        (f"{base}/paused", {"paused": False}),
+    ):
+        r = await client.put(path, json=body, headers=admin_headers())
+        assert r.status_code == 200, r.text
+
+
+async def _wait_aggregated(handle: DaemonHandle, run_id: str, w: int) -> AggregationRow:
+    with trio.fail_after(RUN_TIMEOUT):
+        while True:
+            row = await handle.ctx.db.read(get_aggregation, run_id, w)
+            if row is not None:
+                return row
+            await trio.sleep(1.0)
+
+
+def _replay(handle: DaemonHandle, params: Params, tape_key: str) -> str:
+    objects = handle.ctx.objects
+    signed = parse_signed_tape(objects.path_of(tape_key).read_bytes())
+    report = replay_tape(
+        signed,
+        coord_ss58=COORD.ss58,
+        load_object=lambda key: objects.path_of(key).read_bytes(),
+        outer_params=params,
+    )
+    assert report.tape_key == tape_key
+    return report.theta_hash
+
+
+async def test_three_rounds_open_on_time_chain_their_thetas_and_replay(
+    tmp_path: Path,
+    data_dir: Path,
+    run_manifest: RunManifest,
+    configured: None,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    summaries: dict[str, Summary] = {}
+    async with (
+        _daemon(tmp_path) as (handle, transport),
+        httpx.AsyncClient(transport=transport, base_url=API) as client,
+    ):
+        run_id = await _launch(client, run_manifest)
+        await _total_rounds(client, run_id, ROUNDS)
+        configs = {key.ss58: _config(tmp_path, key, data_dir) for key in MINERS}
+
+        async def mine(key: Keypair) -> None:
+            summaries[key.ss58] = await run_miner(
+                configs[key.ss58],
+                key,
+                rounds=ROUNDS,
+                start=0,
+                transport=transport,
+                progress=Progress(io.StringIO()),
+                configure=lambda env: None,
+            )
+
+        with trio.fail_after(RUN_TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                for key in MINERS:
+                    nursery.start_soon(mine, key)
+        aggs = [await _wait_aggregated(handle, run_id, w) for w in range(ROUNDS)]
+        rounds: list[RoundRow] = await handle.ctx.db.read(round_rows, run_id)
+        views = [(await client.get(f"/v1/runs/{run_id}/rounds/{w}")).json() for w in range(ROUNDS)]
+        params = Params.from_outer(run_manifest.outer)
+        replayed = [_replay(handle, params, agg.tape_key) for agg in aggs]
+        tapes = [
+            parse_signed_tape(handle.ctx.objects.path_of(agg.tape_key).read_bytes()) for agg in aggs
+        ]
+        start_states = [
+            unpack_state(handle.ctx.objects.path_of(agg.theta_start_sha256).read_bytes())
+            for agg in aggs
+        ]
+
+    assert {hk: s.exit_code for hk, s in summaries.items()} == dict.fromkeys(
+        (key.ss58 for key in MINERS), 0
+    )
+    assert [r.w for r in rounds] == list(range(ROUNDS))  # total_rounds: no round 3
+    for w in range(ROUNDS - 1):
+        prev, nxt = rounds[w], rounds[w + 1]
+        assert nxt.deadlines.d_open == max(nxt.opened_round, prev.deadlines.d_upload)
+        assert nxt.opened_round >= prev.deadlines.d_upload
+        body = nxt.body
+        assert body.prev_final_hash == body.theta_hash == aggs[w].theta_hash == replayed[w]
+        assert views[w + 1]["state_sha256"] == aggs[w].theta_start_sha256
+    for w in range(ROUNDS):
+        assert start_states[w].theta_hash() == aggs[w].theta_hash
+        assert {m["status"] for m in views[w]["miners"]} == {"UPLOADED"}
+        assert views[w]["update_norm"] == aggs[w].update_norm
+        assert views[w]["clipped"] == aggs[w].clipped
+        assert views[w]["heldout_loss"] is None
+    # Each tape starts from the previous round's stored OuterState.
+    for w in range(1, ROUNDS):
+        assert tapes[w].body.prev_state == aggs[w - 1].out_state
+        assert tapes[w].body.prev_theta_hash == aggs[w - 1].theta_hash
+
+
+class _Crash(Exception):
+    pass
+
+
+async def test_a_daemon_stopped_between_merge_and_open_opens_the_next_round_once(
+    tmp_path: Path,
+    run_manifest: RunManifest,
+    configured: None,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    crashed: list[Step] = []
+    stored = trio.Event()
+
+    def crash(step: Step) -> None:
+        crashed.append(step)
+        stored.set()
+        raise _Crash("injected between the objects and the write")
+
+    def crashing(parts: DaemonParts) -> ServiceFn:
+        return AggregatorService(parts.ctx, after_store=crash).run
+
+    services = (
+        *(spec for spec in SERVICES if spec.name != "aggregator"),
+        ServiceSpec("aggregator", crashing),
+    )
+    async with (
+        _daemon(tmp_path, services) as (handle, transport),
+        httpx.AsyncClient(transport=transport, base_url=API) as client,
+    ):
+        run_id = await _launch(client, run_manifest)
+        round0 = await handle.ctx.db.read(get_round_row, run_id, 0)
+        assert round0 is not None
+        with trio.fail_after(RUN_TIMEOUT):
+            await stored.wait()
+        assert await handle.ctx.db.read(get_round_row, run_id, 1) is None
+        assert await handle.ctx.db.read(get_aggregation, run_id, 0) is None
+    first = crashed[0]
+
+    async with _daemon(tmp_path) as (handle, _transport):
+        agg = await _wait_aggregated(handle, run_id, 0)
+        rounds = await handle.ctx.db.read(round_rows, run_id)
+        tape = handle.ctx.objects.path_of(first.tape_key).read_bytes()
+    assert [r.w for r in rounds] == [0, 1]
+    assert agg.tape_key == first.tape_key
+    assert agg.out_state == first.out_state
+    assert agg.theta_start_sha256 == first.theta_start_sha256
+    assert rounds[1].body.theta_hash == first.theta_hash
+    assert parse_signed_tape(tape).body.w == 0
