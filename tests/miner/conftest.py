@@ -1,47 +1,23 @@
-"""Miner fixtures: a tiny dataset, a manifest over it, keys, and the process configured for
-bitwise CPU training (restored afterwards, as the trainer tests do)."""
+"""Miner fixtures: a tiny dataset, a manifest over it and keys (the process is configured for
+bitwise CPU training by the suite-wide ``configured`` fixture of tests/conftest.py)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
 import pytest
-import torch
 
 from hypertrain.datasets import BuildOptions, DatasetManifest, SourceRoot, build
 from hypertrain.datasets.tokenizer import VOCAB
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
 from hypertrain.protocol.testmode import decoder_param_count
-from hypertrain.trainer.determinism import configure, env_vars
 from hypertrain.trainer.params import init_state_hash
 from tests.trainer.helpers import TINY_DIMS, in_process_env, tiny_manifest
 
 SEQ_LEN = 16
 TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(400))
-
-
-@pytest.fixture(scope="session")
-def configured() -> Iterator[None]:
-    """``configure`` this process (1 thread, no pinned kernel path: torch is already loaded)."""
-    env = in_process_env()
-    saved_env = {name: os.environ.get(name) for name in env_vars(env)}
-    threads = torch.get_num_threads()
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    precision = torch.get_float32_matmul_precision()
-    configure(env)
-    yield
-    torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(deterministic)
-    torch.set_float32_matmul_precision(precision)
-    for name, value in saved_env.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
 
 
 @pytest.fixture(scope="session")

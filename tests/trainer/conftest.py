@@ -1,36 +1,11 @@
-"""Trainer fixtures: the pytest process configured for bitwise CPU training, restored after."""
+"""Trainer fixtures (the process is configured by the suite-wide ``configured`` fixture)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
 import pytest
-import torch
 
 from hypertrain.protocol.manifest import RunManifest
-from hypertrain.trainer.determinism import configure, env_vars
 from tests.trainer.helpers import in_process_env, tiny_manifest
-
-
-@pytest.fixture(scope="session")
-def configured() -> Iterator[None]:
-    """``configure`` this process (1 thread, no pinned kernel path: torch is already loaded)."""
-    env = in_process_env()
-    saved_env = {name: os.environ.get(name) for name in env_vars(env)}
-    threads = torch.get_num_threads()
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    precision = torch.get_float32_matmul_precision()
-    configure(env)
-    yield
-    torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(deterministic)
-    torch.set_float32_matmul_precision(precision)
-    for name, value in saved_env.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
 
 
 @pytest.fixture
