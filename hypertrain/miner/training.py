@@ -11,13 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import numpy as np
 import trio
 
 from hypertrain.miner.honeypot import HoneypotMode, fabricated_start, perturb_after_step
 from hypertrain.protocol.manifest import RunManifest
-from hypertrain.trainer.leaves import leaves_root, metrics_root
-from hypertrain.trainer.loop import Moments, RoundResult, SampleSource, StateAt, Stepper
+from hypertrain.trainer.loop import (
+    Moments,
+    RoundResult,
+    SampleSource,
+    StateAt,
+    Stepper,
+    round_result,
+    round_start,
+)
 from hypertrain.trainer.params import F32Array
 
 __all__ = ["StepCallback", "train_round_async"]
@@ -40,15 +46,11 @@ async def train_round_async(
 ) -> RoundResult:
     """Train round ``w`` (see :func:`hypertrain.trainer.loop.train_round`) in ``mode``."""
     inner = manifest.inner
-    zeros = {n: np.zeros_like(p) for n, p in theta_start.items()}
-    carried = opt_state_in
-    if carried is None or inner.state_policy == "reset":
-        carried = Moments(m=zeros, v=dict(zeros), step=0)
-    honest = StateAt(t=0, theta=theta_start, opt=carried)
+    honest = round_start(manifest, theta_start, opt_state_in)
     stepper = Stepper(manifest, run_id, w, sample_ids, samples, honest)
     leaves = [stepper.leaf()]
     if mode is HoneypotMode.FABRICATE:
-        fake = StateAt(t=0, theta=fabricated_start(theta_start), opt=carried)
+        fake = StateAt(t=0, theta=fabricated_start(theta_start), opt=honest.opt)
         stepper = Stepper(manifest, run_id, w, sample_ids, samples, fake)
     for t in range(1, inner.H + 1):
         stepper.step()
@@ -58,16 +60,4 @@ async def train_round_async(
         if on_step is not None:
             on_step(t, inner.H, stepper.losses[-1])
         await trio.lowlevel.checkpoint()
-    end = stepper.state()
-    delta = {n: (np.asarray(theta_start[n], dtype=np.float32) - end.theta[n]) for n in end.theta}
-    return RoundResult(
-        leaves=tuple(leaves),
-        leaves_root=leaves_root(leaves),
-        metrics_root=metrics_root(leaves),
-        theta_end=end.theta,
-        opt_state_out=end.opt,
-        delta=delta,
-        losses=tuple(stepper.losses),
-        tokens=len(sample_ids) * manifest.model.seq_len,
-        leaf_states=(),
-    )
+    return round_result(manifest, theta_start, stepper, leaves)

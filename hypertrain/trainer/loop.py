@@ -17,7 +17,7 @@ Every entry point first calls :func:`hypertrain.trainer.determinism.check_live`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -40,7 +40,16 @@ from hypertrain.trainer.optim import AdamWHyper, OptState, adamw_step, start_sta
 from hypertrain.trainer.params import F32Array, param_shapes
 from hypertrain.trainer.schedule import inner_lr
 
-__all__ = ["Moments", "RoundResult", "SampleSource", "StateAt", "Stepper", "train_round"]
+__all__ = [
+    "Moments",
+    "RoundResult",
+    "SampleSource",
+    "StateAt",
+    "Stepper",
+    "round_result",
+    "round_start",
+    "train_round",
+]
 
 SampleSource = np.ndarray[Any, Any] | Callable[[Sequence[int]], np.ndarray[Any, Any]]
 """Token rows in assignment order (``[B, seq_len+1]``, row ``i`` = sample ``samples[i]``), or a
@@ -206,11 +215,7 @@ def train_round(
     state, as in round 0); it is ignored under ``reset``. ``keep_leaf_states`` keeps the state at
     every leaf (what a miner serves to segment audits).
     """
-    zeros = {n: np.zeros_like(p) for n, p in theta_start.items()}
-    carried = opt_state_in
-    if carried is None or manifest.inner.state_policy == "reset":
-        carried = Moments(m=zeros, v=dict(zeros), step=0)
-    start = StateAt(t=0, theta=theta_start, opt=carried)
+    start = round_start(manifest, theta_start, opt_state_in)
     stepper = Stepper(manifest, run_id, w, sample_ids, samples, start)
     leaves = [stepper.leaf()]
     states = [stepper.state()] if keep_leaf_states else []
@@ -220,6 +225,29 @@ def train_round(
             leaves.append(stepper.leaf())
             if keep_leaf_states:
                 states.append(stepper.state())
+    return round_result(manifest, theta_start, stepper, leaves, states)
+
+
+def round_start(
+    manifest: RunManifest, theta_start: dict[str, F32Array], opt_state_in: Moments | None
+) -> StateAt:
+    """The state at t = 0: ``theta_start`` with the carried optimizer state, or a reset one
+    (zeros, step 0) under ``reset`` or when nothing is carried (round 0)."""
+    carried = opt_state_in
+    if carried is None or manifest.inner.state_policy == "reset":
+        zeros = {n: np.zeros_like(p) for n, p in theta_start.items()}
+        carried = Moments(m=zeros, v=dict(zeros), step=0)
+    return StateAt(t=0, theta=theta_start, opt=carried)
+
+
+def round_result(
+    manifest: RunManifest,
+    theta_start: Mapping[str, F32Array],
+    stepper: Stepper,
+    leaves: Sequence[Leaf],
+    leaf_states: Sequence[StateAt] = (),
+) -> RoundResult:
+    """A finished round: the roots of its leaves, its end state and ``delta = start - end``."""
     end = stepper.state()
     delta = {n: (np.asarray(theta_start[n], dtype=np.float32) - end.theta[n]) for n in end.theta}
     return RoundResult(
@@ -230,6 +258,6 @@ def train_round(
         opt_state_out=end.opt,
         delta=delta,
         losses=tuple(stepper.losses),
-        tokens=len(sample_ids) * manifest.model.seq_len,
-        leaf_states=tuple(states),
+        tokens=len(stepper.sample_ids) * manifest.model.seq_len,
+        leaf_states=tuple(leaf_states),
     )
