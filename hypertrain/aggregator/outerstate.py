@@ -31,7 +31,8 @@ import numpy as np
 
 from hypertrain.protocol.errors import Malformed
 from hypertrain.protocol.tensorhash import th_hex
-from hypertrain.trainer.codec import F32Array, FrameReader, as_f32, sorted_names, tensor_header
+from hypertrain.trainer.codec import F32Array, FrameReader, as_f32
+from hypertrain.trainer.state import read_tensor_section, write_tensor_section
 
 __all__ = ["OUTER_MAGIC", "OUTER_VERSION", "OuterState", "pack_outer", "state_key", "unpack_outer"]
 
@@ -84,38 +85,13 @@ class OuterState:
         return th_hex(self.center)
 
 
-def _section(what: str, tensors: Mapping[str, F32Array]) -> bytes:
-    names = sorted_names(tensors, what)
-    parts = [struct.pack("<I", len(names))]
-    for name, raw in names:
-        array = as_f32(name, tensors[name], what)
-        parts += [tensor_header(raw, array.shape), struct.pack("<Q", array.nbytes)]
-        parts.append(array.astype(_F32_LE, copy=False).tobytes())
-    return b"".join(parts)
-
-
 def pack_outer(state: OuterState) -> bytes:
     """The deterministic blob of ``state`` (module doc); refuses mismatched u/center."""
     shapes = _shapes(state.theta)
     if _shapes(state.u) != shapes or _shapes(state.center) != shapes:
         raise Malformed("outer state: u or center differ from theta in names or shapes")
-    body = b"".join(_section(f"outer {s}", getattr(state, s)) for s in _SECTIONS)
+    body = b"".join(write_tensor_section(f"outer {s}", getattr(state, s))[0] for s in _SECTIONS)
     return OUTER_MAGIC + struct.pack("<I", OUTER_VERSION) + body
-
-
-def _read_section(reader: FrameReader, section: str) -> Tensors:
-    reader.start_section()
-    count = reader.u32(f"{section} tensor count")
-    if count > reader.remaining // 20:  # a tensor takes at least 20 bytes of framing
-        raise Malformed(f"outer state: {count} {section} tensors cannot fit")
-    out: Tensors = {}
-    for _ in range(count):
-        name, shape, n = reader.header()
-        raw = reader.lp(f"{section} values of {name!r}")
-        if len(raw) != 4 * n:
-            raise Malformed(f"outer state: {section} {name!r} has {len(raw)} bytes for {shape}")
-        out[name] = np.frombuffer(raw, dtype=_F32_LE).astype(np.float32).reshape(shape)
-    return out
 
 
 def unpack_outer(blob: bytes | bytearray | memoryview) -> OuterState:
@@ -125,7 +101,7 @@ def unpack_outer(blob: bytes | bytearray | memoryview) -> OuterState:
     version = reader.u32("version")
     if version != OUTER_VERSION:
         raise Malformed(f"outer state: unsupported version {version}")
-    theta, u, center = (_read_section(reader, s) for s in _SECTIONS)
+    theta, u, center = (read_tensor_section(reader, "outer state", s) for s in _SECTIONS)
     reader.finish()
     shapes = _shapes(theta)
     for name, section in (("u", u), ("center", center)):

@@ -33,7 +33,15 @@ from hypertrain.protocol.errors import Malformed
 from hypertrain.protocol.tensorhash import th_hex
 from hypertrain.trainer.codec import F32Array, FrameReader, as_f32, sorted_names, tensor_header
 
-__all__ = ["STATE_MAGIC", "STATE_VERSION", "TrainState", "pack_state", "unpack_state"]
+__all__ = [
+    "STATE_MAGIC",
+    "STATE_VERSION",
+    "TrainState",
+    "pack_state",
+    "read_tensor_section",
+    "unpack_state",
+    "write_tensor_section",
+]
 
 STATE_MAGIC = b"ht-state"
 STATE_VERSION = 1
@@ -56,20 +64,32 @@ class TrainState:
         return th_hex(self.theta)
 
 
-def _section(
-    what: str, tensors: Mapping[str, Any], like: dict[str, tuple[int, ...]] | None
-) -> tuple[bytes, dict[str, tuple[int, ...]]]:
+Shapes = dict[str, tuple[int, ...]]
+"""Tensor name -> shape."""
+
+
+def write_tensor_section(what: str, tensors: Mapping[str, Any]) -> tuple[bytes, Shapes]:
+    """``u32le(n) || (tensor header || lp(raw f32le))*`` in UTF-8 name order, and the shapes.
+
+    The section layout shared by the state blobs of this module and the aggregator's outer
+    state (:mod:`hypertrain.aggregator.outerstate`).
+    """
     names = sorted_names(tensors, what)
-    shapes: dict[str, tuple[int, ...]] = {}
+    shapes: Shapes = {}
     parts = [struct.pack("<I", len(names))]
     for name, raw in names:
         array = as_f32(name, tensors[name], what)
         shapes[name] = array.shape
         parts += [tensor_header(raw, array.shape), struct.pack("<Q", array.nbytes)]
         parts.append(array.astype(_F32_LE, copy=False).tobytes())
+    return b"".join(parts), shapes
+
+
+def _section(what: str, tensors: Mapping[str, Any], like: Shapes | None) -> tuple[bytes, Shapes]:
+    body, shapes = write_tensor_section(what, tensors)
     if like is not None and shapes != like:
         raise Malformed(f"{what}: names or shapes differ from theta's")
-    return b"".join(parts), shapes
+    return body, shapes
 
 
 def pack_state(
@@ -99,20 +119,26 @@ def pack_state(
     return STATE_MAGIC + struct.pack("<II", STATE_VERSION, flags) + step_bytes + b"".join(parts)
 
 
-def _read_section(
-    reader: FrameReader, section: str, like: dict[str, F32Array] | None
-) -> dict[str, F32Array]:
+def read_tensor_section(reader: FrameReader, what: str, section: str) -> dict[str, F32Array]:
+    """Read one section written by :func:`write_tensor_section` (Malformed on anything off)."""
     reader.start_section()
     count = reader.u32(f"{section} tensor count")
     if count > reader.remaining // 20:  # a tensor takes at least 20 bytes of framing
-        raise Malformed(f"state: {count} {section} tensors cannot fit in {reader.remaining} bytes")
+        raise Malformed(f"{what}: {count} {section} tensors cannot fit in {reader.remaining} bytes")
     out: dict[str, F32Array] = {}
     for _ in range(count):
         name, shape, n = reader.header()
         raw = reader.lp(f"{section} values of {name!r}")
         if len(raw) != 4 * n:
-            raise Malformed(f"state: {section} {name!r} has {len(raw)} bytes for shape {shape}")
+            raise Malformed(f"{what}: {section} {name!r} has {len(raw)} bytes for shape {shape}")
         out[name] = np.frombuffer(raw, dtype=_F32_LE).astype(np.float32).reshape(shape)
+    return out
+
+
+def _read_section(
+    reader: FrameReader, section: str, like: dict[str, F32Array] | None
+) -> dict[str, F32Array]:
+    out = read_tensor_section(reader, "state", section)
     if like is not None and {k: a.shape for k, a in out.items()} != {
         k: a.shape for k, a in like.items()
     }:
