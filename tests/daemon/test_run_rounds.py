@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,7 @@ import trio
 import trio.testing
 
 from hypertrain.beacon import ChainInfo
-from hypertrain.coordinator.settings import CoordinatorSettings
-from hypertrain.daemon.main import DaemonHandle, serve_daemon
+from hypertrain.daemon.main import DaemonHandle
 from hypertrain.daemon.settings import DaemonSettings
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.envelope import NEVER, seal, verify
@@ -29,52 +27,28 @@ from hypertrain.protocol.manifest import Beacon
 from hypertrain.protocol.messages import RoundOpen
 from hypertrain.protocol.testmode import build_test_mode_manifest
 from hypertrain.rounds import Deadlines, transitions
-from nurseries import VirtualClock
 from nurseries.testing import open_mounted_client
-from tests.coordinator.harness import COORD_SEED, Secrets, admin_headers
+from tests.coordinator.harness import COORD_SEED, admin_headers
+from tests.daemon.support import EPOCH, daemon_settings, running_daemon
 
-EPOCH = 1_700_000_000.0
 PERIOD = 1.0
 API = "http://daemon"
 OWNER = Keypair.from_seed(bytes([7]) * 32)
 COORD = Keypair.from_seed(COORD_SEED)
 MINERS = [Keypair.from_seed(bytes([0x41 + i]) * 32).ss58 for i in range(3)]
-STARTUP_TIMEOUT = 60.0  # virtual seconds
 
 
 def _settings(tmp_path: Path) -> DaemonSettings:
-    secrets = Secrets.create(tmp_path / "secrets", exist_ok=True)
-    return DaemonSettings(
-        coordinator=CoordinatorSettings(
-            state_dir=tmp_path / "data",
-            admin_token_file=secrets.admin,
-            internal_token_file=secrets.internal,
-            coord_key_file=secrets.coord_key,
-            owner_hotkey=OWNER.ss58,
-        ),
-        host="127.0.0.1",
-        port=0,
-        beacon="local",
-        local_period=PERIOD,
-        grace=2.0,
-    )
+    return daemon_settings(tmp_path, period=PERIOD, owner_hotkey=OWNER.ss58)
 
 
 @asynccontextmanager
 async def _daemon(
     settings: DaemonSettings,
 ) -> AsyncIterator[tuple[DaemonHandle, httpx.AsyncClient]]:
-    """The daemon and a client of its app for the block; shut down as by SIGTERM afterwards."""
-    async with trio.open_nursery() as nursery:
-        with trio.fail_after(STARTUP_TIMEOUT):
-            handle: DaemonHandle = await nursery.start(
-                partial(serve_daemon, settings, wall=VirtualClock(EPOCH))
-            )
-        try:
-            async with open_mounted_client({API: handle.app}) as client:
-                yield handle, client
-        finally:
-            handle.request_shutdown()
+    """The daemon and a client of its app for the block."""
+    async with running_daemon(settings) as handle, open_mounted_client({API: handle.app}) as client:
+        yield handle, client
 
 
 async def _ok(response: httpx.Response, status: int = 200) -> Any:

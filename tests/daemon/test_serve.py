@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 
@@ -12,56 +10,23 @@ import trio
 import trio.testing
 
 from hypertrain.beacon import latest_round
-from hypertrain.coordinator.settings import CoordinatorSettings
 from hypertrain.daemon.main import DaemonHandle, serve_daemon
-from hypertrain.daemon.services import SERVICES, ServiceSpec
 from hypertrain.daemon.settings import ConfigError, DaemonSettings
 from nurseries import VirtualClock
 from nurseries.testing import open_mounted_client
-from tests.coordinator.harness import Secrets
+from tests.daemon.support import EPOCH, daemon_settings, running_daemon
 
-EPOCH = 1_700_000_000.0
 PERIOD = 0.5
-STARTUP_TIMEOUT = 60.0  # virtual seconds
 
 
 def _settings(tmp_path: Path, *, period: float | None = PERIOD) -> DaemonSettings:
-    secrets = Secrets.create(tmp_path / "secrets", exist_ok=True)
-    return DaemonSettings(
-        coordinator=CoordinatorSettings(
-            state_dir=tmp_path / "data",
-            admin_token_file=secrets.admin,
-            internal_token_file=secrets.internal,
-            coord_key_file=secrets.coord_key,
-        ),
-        host="127.0.0.1",
-        port=0,
-        beacon="local",
-        local_period=period,
-        grace=2.0,
-    )
-
-
-@asynccontextmanager
-async def _running(
-    settings: DaemonSettings, services: Sequence[ServiceSpec] = SERVICES
-) -> AsyncIterator[DaemonHandle]:
-    """The daemon for the block's duration; shut down as by SIGTERM afterwards."""
-    async with trio.open_nursery() as nursery:
-        with trio.fail_after(STARTUP_TIMEOUT):
-            handle: DaemonHandle = await nursery.start(
-                partial(serve_daemon, settings, wall=VirtualClock(EPOCH), services=services)
-            )
-        try:
-            yield handle
-        finally:
-            handle.request_shutdown()
+    return daemon_settings(tmp_path, period=period)
 
 
 async def test_local_beacon_pushes_one_round_every_period(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with _running(_settings(tmp_path)) as handle:
+    async with running_daemon(_settings(tmp_path)) as handle:
         ctx = handle.ctx
         assert handle.url.startswith("http://127.0.0.1:")
         assert ctx.chain.period == PERIOD
@@ -86,17 +51,17 @@ async def test_restart_keeps_the_beacon_state_and_the_local_chain(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
     settings = _settings(tmp_path)
-    async with _running(settings) as first:
+    async with running_daemon(settings) as first:
         await trio.sleep(4 * PERIOD + PERIOD / 2)
         chain_hash, d_before = first.ctx.chain.hash, first.ctx.beacon.latest
     assert d_before == 5
     await trio.sleep(10 * PERIOD)  # down for a while
     # Without services: the clock's D comes from the database alone.
-    async with _running(settings, services=()) as second:
+    async with running_daemon(settings, services=()) as second:
         assert second.ctx.beacon.latest == d_before
         assert second.ctx.chain.hash == chain_hash
     # With the pusher, and the period left to the stored chain: it catches up to the due round.
-    async with _running(_settings(tmp_path, period=None)) as third:
+    async with running_daemon(_settings(tmp_path, period=None)) as third:
         assert third.ctx.chain.hash == chain_hash
         assert third.ctx.beacon.latest == third.ctx.beacon.now_round()
         assert third.ctx.beacon.latest > d_before
@@ -105,7 +70,7 @@ async def test_restart_keeps_the_beacon_state_and_the_local_chain(
 async def test_another_period_for_an_existing_local_chain_is_a_config_error(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with _running(_settings(tmp_path)):
+    async with running_daemon(_settings(tmp_path)):
         pass
     with pytest.raises(ConfigError, match=r"local beacon: .* has period 0.5 s, not 1.0 s"):
         await serve_daemon(_settings(tmp_path, period=PERIOD * 2), wall=VirtualClock(EPOCH))

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,8 @@ import trio
 import trio.testing
 
 from hypertrain.beacon import ChainInfo
-from hypertrain.coordinator.settings import CoordinatorSettings
-from hypertrain.daemon.main import DaemonHandle, serve_daemon
+from hypertrain.daemon.main import DaemonHandle
+from hypertrain.daemon.services import SERVICES, ServiceSpec
 from hypertrain.daemon.settings import DaemonSettings
 from hypertrain.datasets.pin import pin_async
 from hypertrain.miner.config import MinerConfig
@@ -33,49 +32,31 @@ from hypertrain.miner.session import Summary, run_miner
 from hypertrain.protocol.envelope import NEVER, seal
 from hypertrain.protocol.keys import Keypair, write_seed_file
 from hypertrain.protocol.manifest import Beacon, RunManifest
-from nurseries import VirtualClock
 from nurseries.testing import open_asgi_transport
-from tests.coordinator.harness import COORD_SEED, Secrets, admin_headers
+from tests.coordinator.harness import COORD_SEED, admin_headers
+from tests.daemon.support import daemon_settings, running_daemon
 
-EPOCH = 1_700_000_000.0
 API = "http://127.0.0.1:8000"  # loopback: the miner refuses plain http elsewhere
 OWNER = Keypair.from_seed(bytes([7]) * 32)
 COORD = Keypair.from_seed(COORD_SEED)
 MINERS = [Keypair.from_seed(bytes([0x51 + i]) * 32) for i in range(3)]
-STARTUP_TIMEOUT = 60.0  # virtual seconds
 ROUND_TIMEOUT = 600.0  # virtual seconds: round 0 takes well under 100 rounds of 1 s
 
 
 def _settings(tmp_path: Path) -> DaemonSettings:
-    secrets = Secrets.create(tmp_path / "secrets", exist_ok=True)
-    return DaemonSettings(
-        coordinator=CoordinatorSettings(
-            state_dir=tmp_path / "state",
-            admin_token_file=secrets.admin,
-            internal_token_file=secrets.internal,
-            coord_key_file=secrets.coord_key,
-            owner_hotkey=OWNER.ss58,
-        ),
-        host="127.0.0.1",
-        port=0,
-        beacon="local",
-        local_period=1.0,
-        grace=2.0,
-    )
+    return daemon_settings(tmp_path, period=1.0, owner_hotkey=OWNER.ss58, state="state")
 
 
 @asynccontextmanager
-async def _daemon(tmp_path: Path) -> AsyncIterator[tuple[DaemonHandle, httpx.AsyncBaseTransport]]:
-    async with trio.open_nursery() as nursery:
-        with trio.fail_after(STARTUP_TIMEOUT):
-            handle: DaemonHandle = await nursery.start(
-                partial(serve_daemon, _settings(tmp_path), wall=VirtualClock(EPOCH))
-            )
-        try:
-            async with open_asgi_transport(handle.app, lifespan=False) as transport:
-                yield handle, transport
-        finally:
-            handle.request_shutdown()
+async def _daemon(
+    tmp_path: Path, services: Sequence[ServiceSpec] = SERVICES
+) -> AsyncIterator[tuple[DaemonHandle, httpx.AsyncBaseTransport]]:
+    """The daemon and the in-process transport to its app for the block."""
+    async with (
+        running_daemon(_settings(tmp_path), services) as handle,
+        open_asgi_transport(handle.app, lifespan=False) as transport,
+    ):
+        yield handle, transport
 
 
 async def _launch(client: httpx.AsyncClient, run_manifest: RunManifest) -> str:

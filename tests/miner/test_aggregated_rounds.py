@@ -11,9 +11,6 @@ identical bytes, after a restart.
 from __future__ import annotations
 
 import io
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 
 import httpx
@@ -26,47 +23,25 @@ from hypertrain.aggregator.tape_replay import replay_tape
 from hypertrain.coordinator.aggregation import AggregationRow, Step, get_aggregation
 from hypertrain.coordinator.aggregator_service import AggregatorService
 from hypertrain.coordinator.roundstore import RoundRow, get_round_row, round_rows
-from hypertrain.daemon.main import DaemonHandle, serve_daemon
+from hypertrain.daemon.main import DaemonHandle
 from hypertrain.daemon.services import SERVICES, DaemonParts, ServiceFn, ServiceSpec
 from hypertrain.miner.progress import Progress
 from hypertrain.miner.session import Summary, run_miner
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
 from hypertrain.trainer.state import unpack_state
-from nurseries import VirtualClock
-from nurseries.testing import open_asgi_transport
 from tests.coordinator.harness import admin_headers
 from tests.miner.test_against_the_daemon import (
     API,
     COORD,
-    EPOCH,
     MINERS,
-    STARTUP_TIMEOUT,
     _config,
+    _daemon,
     _launch,
-    _settings,
 )
 
 ROUNDS = 3
 RUN_TIMEOUT = 2400.0  # virtual seconds for three rounds
-
-
-@asynccontextmanager
-async def _daemon(
-    tmp_path: Path, services: Sequence[ServiceSpec] = SERVICES
-) -> AsyncIterator[tuple[DaemonHandle, httpx.AsyncBaseTransport]]:
-    async with trio.open_nursery() as nursery:
-        with trio.fail_after(STARTUP_TIMEOUT):
-            handle: DaemonHandle = await nursery.start(
-                partial(
-                    serve_daemon, _settings(tmp_path), wall=VirtualClock(EPOCH), services=services
-                )
-            )
-        try:
-            async with open_asgi_transport(handle.app, lifespan=False) as transport:
-                yield handle, transport
-        finally:
-            handle.request_shutdown()
 
 
 async def _total_rounds(client: httpx.AsyncClient, run_id: str, total: int) -> None:
