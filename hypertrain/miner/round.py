@@ -47,6 +47,7 @@ from hypertrain.protocol.messages import (
     Commit,
     DeltaManifest,
     LeafPreimage,
+    Message,
     Receipt,
     RoundOpen,
 )
@@ -185,17 +186,21 @@ class RoundRunner:
 
     # -- waiting, verifying, accepting -----------------------------------------------------
 
-    def _verify_round_open(self, w: int, raw: object) -> RoundOpen:
+    def _coord_message(self, w: int, raw: object, type_name: str) -> Message:
+        """The body of a K_coord envelope of ``type_name`` for this run; protocol error if not."""
         coord = self.manifest.coord_pubkey
         try:
             verified = verify(
                 raw,
                 expected_run_id=self.run_id,
-                signer_allowed=lambda t, s: t == "RoundOpen" and s == coord,
+                signer_allowed=lambda t, s: t == type_name and s == coord,
             )
         except HypertrainError as e:
-            raise MinerProtocolError(f"round {w}: RoundOpen does not verify: {e}") from None
-        message = verified.message
+            raise MinerProtocolError(f"round {w}: {type_name} does not verify: {e}") from None
+        return verified.message
+
+    def _verify_round_open(self, w: int, raw: object) -> RoundOpen:
+        message = self._coord_message(w, raw, "RoundOpen")
         if not isinstance(message, RoundOpen) or message.w != w:
             raise MinerProtocolError(f"round {w}: the view's RoundOpen is not for round {w}")
         return message
@@ -350,16 +355,7 @@ class RoundRunner:
         self._record(w, "committed", status=status, received_round=receipt.received_round)
 
     def _verify_receipt(self, w: int, raw: object, commit_body: object) -> Receipt:
-        coord = self.manifest.coord_pubkey
-        try:
-            verified = verify(
-                raw,
-                expected_run_id=self.run_id,
-                signer_allowed=lambda t, s: t == "Receipt" and s == coord,
-            )
-        except HypertrainError as e:
-            raise MinerProtocolError(f"round {w}: Receipt does not verify: {e}") from None
-        receipt = verified.message
+        receipt = self._coord_message(w, raw, "Receipt")
         if not isinstance(receipt, Receipt) or receipt.w != w:
             raise MinerProtocolError(f"round {w}: the Receipt is not for round {w}")
         if receipt.commit_hash != body_digest(commit_body):
