@@ -5,7 +5,8 @@ which adds its parsers and sets ``handler`` (``(argparse.Namespace) -> int``) on
 command. To add a group, write the module and append it to :data:`GROUPS`.
 
 Exit status: 0 success, 1 the input data is invalid (a refused envelope or body, bad JSON),
-2 usage, configuration or key file errors. Every error is one line on stderr, never a traceback.
+2 usage, configuration or key file errors; ``aggregate`` adds 3, the daemon unreachable. Every
+error is one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from hypertrain.cli import beacon, datasets, envelope, jcs, keys, manifest
+from hypertrain.cli import aggregate, beacon, datasets, envelope, jcs, keys, manifest
 from hypertrain.cli._common import (
     EXIT_INVALID,
     EXIT_USAGE,
@@ -26,7 +27,7 @@ from hypertrain.protocol.errors import KeyfileError, ProtocolError
 
 __all__ = ["GROUPS", "build_parser", "main"]
 
-GROUPS: tuple[CliGroup, ...] = (keys, envelope, jcs, beacon, manifest, datasets)
+GROUPS: tuple[CliGroup, ...] = (keys, envelope, jcs, beacon, manifest, datasets, aggregate)
 """The command groups, in help order."""
 
 
@@ -35,7 +36,8 @@ def build_parser() -> OneLineParser:
     parser = OneLineParser(
         prog="hypertrain",
         description="hypertrain: verifiable decentralised training (umbrella command).",
-        epilog="exit status: 0 ok, 1 invalid input data, 2 usage/config/key error",
+        epilog="exit status: 0 ok, 1 invalid input data, 2 usage/config/key error,"
+        " 3 daemon unreachable (aggregate)",
     )
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     for group in GROUPS:

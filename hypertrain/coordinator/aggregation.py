@@ -5,14 +5,14 @@ The step runs in three parts, so that a daemon stopped anywhere finishes it exac
 1. :func:`step_inputs` (one read): the run, round ``w``, D, the previous OuterState's object
    key (``None`` for ``w = 0``: the genesis state ``OuterState.genesis(init_params(model))``,
    whose ``TH(theta)`` must be round 0's ``theta_hash``) and every ``UPLOADED`` miner's
-   ``delta_hash``.
-2. :func:`compute_step`: decode each delta from the object store (a payload that does not
-   decode or fit the model is *excluded*, never fatal), :func:`~hypertrain.aggregator.merge.
-   aggregate_round` with the manifest's outer params, the new OuterState blob
-   (:func:`~hypertrain.aggregator.outerstate.pack_outer`), the theta-only start state of round
-   ``w + 1`` (:func:`~hypertrain.trainer.state.pack_state`) and the K_coord-signed tape. Every
-   byte is a function of the stored inputs (ed25519 signatures are deterministic), so a
-   recomputation after a crash gives the same objects under the same keys;
+   ``delta_hash``; :meth:`StepInputs.merge_inputs` is what the merge needs of them.
+2. :func:`~hypertrain.aggregator.step.compute_step` (re-exported here), the one merge
+   implementation, shared with ``hypertrain aggregate`` on another machine: the daemon passes
+   its object store's ``get`` as ``fetch``. Each delta is decoded (one that does not decode or
+   fit the model is *excluded*, never fatal), merged with the manifest's outer params, and the
+   new OuterState blob, the theta-only start state of round ``w + 1`` and the K_coord-signed
+   tape are packed. Every byte is a function of the stored inputs (ed25519 signatures are
+   deterministic), so a recomputation after a crash gives the same objects under the same keys;
    :func:`store_objects` writes them (content addressed: idempotent).
 3. :func:`commit_step` (one write, after the objects are stored): the ``aggregations`` row,
    RoundOpen(w + 1) built by :func:`~hypertrain.coordinator.roundopen.plan_round` from the
@@ -24,14 +24,11 @@ The step runs in three parts, so that a daemon stopped anywhere finishes it exac
 from __future__ import annotations
 
 import json
-import logging
 import sqlite3
 
 from attrs import frozen
 
-from hypertrain.aggregator.merge import Params, aggregate_round, norm, validate_delta
-from hypertrain.aggregator.outerstate import OuterState, pack_outer, state_key, unpack_outer
-from hypertrain.aggregator.tape import build_tape_body, seal_tape, tape_bytes, tape_key
+from hypertrain.aggregator.step import MergeInputs, Step, compute_step
 from hypertrain.beacon.ingest import latest_round
 from hypertrain.coordinator.minerstore import StateRow, insert_round_state, miner_details
 from hypertrain.coordinator.roundopen import (
@@ -42,17 +39,15 @@ from hypertrain.coordinator.roundopen import (
 )
 from hypertrain.coordinator.roundstore import RoundRow, get_round_row
 from hypertrain.coordinator.runs import RunRow, active_roster, get_run, next_round_w
-from hypertrain.protocol.errors import Conflict, ContractMismatch, Malformed, NotFound
+from hypertrain.protocol.errors import Conflict, NotFound
 from hypertrain.protocol.keys import Keypair
 from hypertrain.store import ObjectStore
 from hypertrain.store.catalog import record_object
 from hypertrain.store.objects import ObjectInfo
-from hypertrain.trainer.codec import F32Array, decode_payload
-from hypertrain.trainer.params import init_params
-from hypertrain.trainer.state import pack_state
 
 __all__ = [
     "AggregationRow",
+    "MergeInputs",
     "Step",
     "StepInputs",
     "commit_step",
@@ -61,8 +56,6 @@ __all__ = [
     "step_inputs",
     "store_objects",
 ]
-
-log = logging.getLogger(__name__)
 
 
 @frozen
@@ -76,6 +69,17 @@ class StepInputs:
     """The stored OuterState of round ``w - 1``; None for ``w = 0`` (genesis)."""
     uploads: tuple[tuple[str, str], ...]
     """``(hotkey, delta_hash)`` of every UPLOADED miner, by hotkey."""
+
+    def merge_inputs(self) -> MergeInputs:
+        """What :func:`compute_step` needs of these inputs."""
+        return MergeInputs(
+            run_id=self.run.run_id,
+            w=self.round.w,
+            manifest=parse_manifest(self.run.manifest_envelope),
+            theta_hash=self.round.body.theta_hash,
+            prev_state_key=self.prev_state_key,
+            uploads=self.uploads,
+        )
 
 
 @frozen
@@ -118,85 +122,6 @@ def step_inputs(conn: sqlite3.Connection, run_id: str, w: int) -> StepInputs:
         if miner.status == "UPLOADED" and miner.delta_manifest is not None:
             uploads.append((hotkey, str(json.loads(miner.delta_manifest)["body"]["delta_hash"])))
     return StepInputs(run, row, latest_round(conn), prev_key, tuple(uploads))
-
-
-@frozen(eq=False)
-class Step:
-    """A computed step: the objects to store and the facts the write records."""
-
-    run_id: str
-    w: int
-    objects: tuple[bytes, ...]
-    tape_key: str
-    out_state: str
-    theta_start_sha256: str
-    theta_hash: str
-    outer_state_hash: str
-    center_hash: str
-    update_norm: float
-    clipped: int
-
-
-async def _prev_state(objects: ObjectStore, inputs: StepInputs) -> tuple[OuterState, bytes]:
-    if inputs.prev_state_key is not None:
-        blob = await objects.get(inputs.prev_state_key)
-        return unpack_outer(blob), blob
-    manifest = parse_manifest(inputs.run.manifest_envelope)
-    state = OuterState.genesis(init_params(manifest.model))
-    if state.theta_hash() != inputs.round.body.theta_hash:
-        raise ContractMismatch(
-            f"genesis TH(theta) {state.theta_hash()} is not round 0's theta_hash"
-            f" {inputs.round.body.theta_hash}"
-        )
-    return state, pack_outer(state)
-
-
-async def compute_step(objects: ObjectStore, inputs: StepInputs, coord: Keypair) -> Step:
-    """Merge round ``w`` from the stored inputs (module doc, part 2)."""
-    run_id, w = inputs.run.run_id, inputs.round.w
-    prev, prev_blob = await _prev_state(objects, inputs)
-    shapes = prev.shapes()
-    deltas: dict[str, dict[str, F32Array]] = {}
-    excluded: list[str] = []
-    for hotkey, delta_hash in inputs.uploads:
-        try:
-            delta = decode_payload(await objects.get(delta_hash))
-            validate_delta(hotkey, delta, shapes)
-        except (Malformed, NotFound) as e:
-            log.warning("round %d: excluding %s: %s", w, hotkey, e)
-            excluded.append(hotkey)
-            continue
-        deltas[hotkey] = delta
-    params = Params.from_outer(parse_manifest(inputs.run.manifest_envelope).outer)
-    result = aggregate_round(prev, deltas, params, excluded=excluded)
-    out = result.state_out
-    out_blob = pack_outer(out)
-    theta_blob = pack_state(out.theta)
-    body = build_tape_body(
-        run_id,
-        w,
-        params,
-        state_key(prev_blob),
-        prev,
-        result,
-        state_key(out_blob),
-        dict(inputs.uploads),
-        excluded,
-    )
-    signed = seal_tape(coord, body)
-    return Step(
-        run_id=run_id,
-        w=w,
-        objects=(prev_blob, out_blob, theta_blob, tape_bytes(signed)),
-        tape_key=tape_key(signed),
-        out_state=state_key(out_blob),
-        theta_start_sha256=state_key(theta_blob),
-        theta_hash=out.theta_hash(),
-        outer_state_hash=out.outer_state_hash(),
-        center_hash=out.center_hash(),
-        update_norm=norm(result.g),
-        clipped=len(result.preclipped),
-    )
 
 
 async def store_objects(objects: ObjectStore, step: Step) -> tuple[ObjectInfo, ...]:

@@ -105,7 +105,7 @@ class AggregatorService:
         ctx = self.ctx
         inputs = await ctx.db.read(step_inputs, due.run_id, due.w)
         coord = ctx.coord_keypair()
-        step = await compute_step(ctx.objects, inputs, coord)
+        step = await compute_step(ctx.objects.get, inputs.merge_inputs(), coord)
         stored = await store_objects(ctx.objects, step)
         if self.after_store is not None:
             self.after_store(step)

@@ -22,6 +22,7 @@ from attrs import field, frozen
 
 from hypertrain.beacon.ingest import get_round, latest_round
 from hypertrain.coordinator.aggregation import AggregationRow, get_aggregation
+from hypertrain.coordinator.heldout import get_loss
 from hypertrain.coordinator.lifecycle import parse_manifest
 from hypertrain.coordinator.minerstore import MinerRow, StateRow, get_round_state, miner_details
 from hypertrain.coordinator.roundstore import (
@@ -101,6 +102,10 @@ class RoundFacts:
     """The published start state of the round (PUT .../rounds/{w}/state), or None."""
     aggregation: AggregationRow | None = None
     """The daemon's aggregation of the round (its tape), or None."""
+    heldout_loss: float | None = None
+    """The held-out loss of theta(w), the round's start weights (None until computed)."""
+    heldout_loss_after: float | None = None
+    """The held-out loss of theta(w + 1), the merge result (None until merged and computed)."""
 
     @property
     def assignment_due(self) -> bool:
@@ -129,6 +134,8 @@ def round_facts(conn: sqlite3.Connection, run_id: str, w: int) -> RoundFacts:
         details=miner_details(conn, run_id, w),
         start_state=get_round_state(conn, run_id, w),
         aggregation=get_aggregation(conn, run_id, w),
+        heldout_loss=get_loss(conn, run_id, w),
+        heldout_loss_after=get_loss(conn, run_id, w + 1),
     )
 
 
@@ -162,8 +169,10 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
     the round (null until ``PUT /v1/aggregator/runs/{id}/rounds/{w}/state``), and each
     ``miners[]`` item carries the Commit, Receipt and DeltaManifest envelopes once posted.
     Once the daemon merged the round: ``tape_key``, ``update_norm`` (the merged update's L2
-    norm, a float), ``clipped`` (how many deltas were preclipped); ``heldout_loss`` is null
-    (the daemon does not evaluate a holdout split yet). All null before the merge.
+    norm, a float), ``clipped`` (how many deltas were preclipped). All null before the merge.
+    With the daemon's ``holdout_dir`` set, ``heldout_loss`` is the held-out loss (mean token
+    cross-entropy on the operator's private holdout) of theta(w), the round's start weights, and
+    ``heldout_loss_after`` that of theta(w + 1), the merge result; each null until computed.
     """
     agg = facts.aggregation
     deadlines = facts.round.deadlines
@@ -180,7 +189,8 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
         "tape_key": None if agg is None else agg.tape_key,
         "update_norm": None if agg is None else agg.update_norm,
         "clipped": None if agg is None else agg.clipped,
-        "heldout_loss": None,
+        "heldout_loss": facts.heldout_loss,
+        "heldout_loss_after": facts.heldout_loss_after,
         "assignment": None if assignment is None else [a.to_json() for a in assignment],
         "assignment_beacon_round": deadlines.d_assign,
         "assignment_beacon_signature": facts.assign_signature,

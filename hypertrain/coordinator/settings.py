@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_EPOCHS_PER_ROUND",
     "DEFAULT_EPOCH_SECONDS",
     "DEFAULT_FORGIVE_PER_EPOCH",
+    "DEFAULT_HELDOUT_SAMPLES",
     "DEFAULT_SLUG",
     "DEFAULT_VEST_ROUNDS",
     "CoordinatorSettings",
@@ -29,6 +30,8 @@ DEFAULT_EPOCH_SECONDS: Final = 4320
 DEFAULT_EPOCHS_PER_ROUND: Final = 1
 DEFAULT_VEST_ROUNDS: Final = 10
 DEFAULT_FORGIVE_PER_EPOCH: Final = 1
+DEFAULT_HELDOUT_SAMPLES: Final = 64
+"""Holdout samples the daemon evaluates each theta on (the first ones of the split)."""
 DEFAULT_BODY_LIMIT: Final = 1024 * 1024
 """Largest request body accepted (1 MiB, the Cortex proxy's limit); larger is 413."""
 
@@ -85,6 +88,12 @@ class CoordinatorSettings:
     genesis_unix: int | None = attrs.field(default=None, validator=_genesis)
     """Clock origin of epochs; None: the beacon chain's genesis."""
     body_limit: int = attrs.field(default=DEFAULT_BODY_LIMIT, validator=_positive)
+    holdout_dir: Path | None = attrs.field(default=None, converter=_optional_path)
+    """The operator's private dataset directory (``manifest.json`` + holdout files); when set,
+    the daemon computes the held-out loss of every theta (:mod:`hypertrain.coordinator.
+    heldout_service`). Never served."""
+    heldout_samples: int = attrs.field(default=DEFAULT_HELDOUT_SAMPLES, validator=_positive)
+    """How many holdout samples (the first ones) each held-out loss averages over."""
 
     @property
     def db_path(self) -> Path:

@@ -16,6 +16,7 @@ from typing import Final
 
 import attrs
 import httpx
+import trio
 
 from hypertrain.beacon import (
     QUICKNET,
@@ -28,6 +29,7 @@ from hypertrain.beacon import (
 )
 from hypertrain.coordinator.aggregator_service import AggregatorService
 from hypertrain.coordinator.context import Coordinator, CoordinatorSink
+from hypertrain.coordinator.heldout_service import HeldoutService, run_inline
 from hypertrain.daemon.settings import DaemonSettings
 from nurseries import RestartPolicy, SystemClock, WallClock
 
@@ -42,6 +44,7 @@ __all__ = [
     "aggregator_service",
     "beacon_service",
     "checkpointer_service",
+    "heldout_service",
 ]
 
 log = logging.getLogger(__name__)
@@ -113,15 +116,32 @@ def checkpointer_service(parts: DaemonParts) -> ServiceFn | None:
 
 
 def aggregator_service(parts: DaemonParts) -> ServiceFn | None:
-    """Merge each round at d_upload and open the next; only with K_coord configured."""
-    if parts.settings.coordinator.coord_key_file is None:
+    """Merge each round at d_upload and open the next; only with K_coord configured and the
+    ``aggregator`` setting ``internal`` (``external``: ``hypertrain aggregate`` merges)."""
+    if parts.settings.coordinator.coord_key_file is None or parts.settings.aggregator != "internal":
         return None
     return AggregatorService(parts.ctx).run
+
+
+def heldout_service(parts: DaemonParts) -> ServiceFn | None:
+    """The held-out loss of every theta; only with ``holdout_dir`` configured. Its work runs in
+    worker threads with the real clock, inline in virtual time."""
+    settings = parts.settings.coordinator
+    if settings.holdout_dir is None:
+        return None
+    threaded = isinstance(parts.wall, SystemClock)
+    return HeldoutService(
+        parts.ctx,
+        settings.holdout_dir,
+        settings.heldout_samples,
+        run_sync=trio.to_thread.run_sync if threaded else run_inline,
+    ).run
 
 
 SERVICES: Final[tuple[ServiceSpec, ...]] = (
     ServiceSpec("beacon", beacon_service, BEACON_POLICY),
     ServiceSpec("checkpointer", checkpointer_service),
     ServiceSpec("aggregator", aggregator_service),
+    ServiceSpec("heldout", heldout_service),
 )
 """Started in this order, after the HTTP server."""

@@ -22,6 +22,8 @@ vest_rounds                HYPERTRAIN_VEST_ROUNDS                               
 genesis_unix               HYPERTRAIN_GENESIS_UNIX                                      unset
 forgive_per_epoch                                                                       1
 body_limit                                                                              1048576
+holdout_dir                HYPERTRAIN_HOLDOUT_DIR            --holdout-dir DIR          unset
+heldout_samples            HYPERTRAIN_HELDOUT_SAMPLES                                   64
 host                                                         --host                     127.0.0.1
 port                                                         --port                     8000
 beacon                                                       --beacon relays|local      relays
@@ -29,7 +31,11 @@ relays (list)                                                --relay URL (repeat
 local_period                                                 --local-period S           as stored
 grace                                                        --grace S                  5
 log_format                                                   --log-format text|json     text
+aggregator                 HYPERTRAIN_AGGREGATOR                                        internal
 =========================  ================================  =========================  =========
+
+``aggregator = "external"`` keeps the daemon from merging rounds itself: an aggregator on another
+machine (``hypertrain aggregate``) merges them through the aggregator routes instead.
 
 Every problem (an unknown TOML key, a value of the wrong type or range, a bad flag) is a
 :class:`ConfigError` whose message is one line naming the key and where it came from; the
@@ -74,6 +80,7 @@ MIN_RELAYS: Final = 2
 
 BeaconMode = Literal["relays", "local"]
 LogFormat = Literal["text", "json"]
+AggregatorMode = Literal["internal", "external"]
 
 
 class ConfigError(HypertrainError):
@@ -93,6 +100,9 @@ class DaemonSettings:
     """Seconds between local-chain rounds; None: as stored (new chains: quicknet's 3 s)."""
     grace: float = DEFAULT_GRACE
     log_format: LogFormat = "text"
+    aggregator: AggregatorMode = "internal"
+    """``internal``: the daemon's aggregator service merges rounds; ``external``: it does not
+    (``hypertrain aggregate`` runs elsewhere)."""
 
 
 # -- value parsers: each takes a raw value (str from env/CLI, native from TOML) and the place it
@@ -193,6 +203,8 @@ _KEYS: Final = (
     _Key("genesis_unix", _int(0), env="HYPERTRAIN_GENESIS_UNIX"),
     _Key("forgive_per_epoch", _int(0)),
     _Key("body_limit", _int(1)),
+    _Key("holdout_dir", _path, env="HYPERTRAIN_HOLDOUT_DIR", flag="holdout_dir"),
+    _Key("heldout_samples", _int(1), env="HYPERTRAIN_HELDOUT_SAMPLES"),
     _Key("host", _text, flag="host"),
     _Key("port", _int(0, 65535), flag="port"),
     _Key("beacon", _choice("relays", "local"), flag="beacon"),
@@ -200,10 +212,11 @@ _KEYS: Final = (
     _Key("local_period", _float(0.0, strict=True), flag="local_period"),
     _Key("grace", _float(0.0, strict=False), flag="grace"),
     _Key("log_format", _choice("text", "json"), flag="log_format"),
+    _Key("aggregator", _choice("internal", "external"), env="HYPERTRAIN_AGGREGATOR"),
 )
 _BY_NAME: Final = {key.name: key for key in _KEYS}
 _DAEMON_KEYS: Final = frozenset(
-    {"host", "port", "beacon", "relays", "local_period", "grace", "log_format"}
+    {"host", "port", "beacon", "relays", "local_period", "grace", "log_format", "aggregator"}
 )
 
 
@@ -236,6 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--grace", metavar="S", help=f"shutdown grace in seconds (default {DEFAULT_GRACE:g})"
     )
     parser.add_argument("--log-format", help="text (default) or json")
+    parser.add_argument(
+        "--holdout-dir", metavar="DIR", help="the run's private dataset dir (held-out loss)"
+    )
     return parser
 
 

@@ -1,18 +1,22 @@
-"""Three real miners and the real daemon for three rounds: the aggregator service merges each
+"""Three real miners and the real daemon for five rounds: the aggregator service merges each
 round at d_upload and opens the next (issue 7), in virtual time.
 
 Checked: every round w + 1 opens at ``d_open = max(D, d_upload(w))`` (spec 4.1), theta hashes
 chain (``RoundOpen(w+1).prev_final_hash == theta_hash == tape.theta_hash``; miners train from
-the published start state, checking its TH), each stored tape replays bit for bit, and a daemon
-stopped between storing a step's objects and its write opens the next round exactly once, from
-identical bytes, after a restart.
+the published start state, checking its TH), each stored tape replays bit for bit, the held-out
+loss service (``holdout_dir`` = the build directory) evaluates theta(0) .. theta(5) and the loss
+falls, and a daemon stopped between storing a step's objects and its write opens the next round
+exactly once, from identical bytes, after a restart.
 """
 
 from __future__ import annotations
 
 import io
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
+import attrs
 import httpx
 import trio
 import trio.testing
@@ -22,15 +26,19 @@ from hypertrain.aggregator.tape import parse_signed_tape
 from hypertrain.aggregator.tape_replay import replay_tape
 from hypertrain.coordinator.aggregation import AggregationRow, Step, get_aggregation
 from hypertrain.coordinator.aggregator_service import AggregatorService
+from hypertrain.coordinator.heldout import LossRow, get_loss_row
 from hypertrain.coordinator.roundstore import RoundRow, get_round_row, round_rows
 from hypertrain.daemon.main import DaemonHandle
 from hypertrain.daemon.services import SERVICES, DaemonParts, ServiceFn, ServiceSpec
+from hypertrain.datasets.pin import pin_async
 from hypertrain.miner.progress import Progress
 from hypertrain.miner.session import Summary, run_miner
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
 from hypertrain.trainer.state import unpack_state
+from nurseries.testing import open_asgi_transport
 from tests.coordinator.harness import admin_headers
+from tests.daemon.support import running_daemon
 from tests.miner.test_against_the_daemon import (
     API,
     COORD,
@@ -38,10 +46,27 @@ from tests.miner.test_against_the_daemon import (
     _config,
     _daemon,
     _launch,
+    _settings,
 )
 
-ROUNDS = 3
-RUN_TIMEOUT = 2400.0  # virtual seconds for three rounds
+ROUNDS = 5
+RUN_TIMEOUT = 4000.0  # virtual seconds for five rounds
+
+
+@asynccontextmanager
+async def _daemon_with_holdout(
+    tmp_path: Path, holdout_dir: Path
+) -> AsyncIterator[tuple[DaemonHandle, httpx.AsyncBaseTransport]]:
+    """The daemon of ``_daemon`` with ``holdout_dir`` set (the held-out loss service runs)."""
+    settings = _settings(tmp_path)
+    settings = attrs.evolve(
+        settings, coordinator=attrs.evolve(settings.coordinator, holdout_dir=holdout_dir)
+    )
+    async with (
+        running_daemon(settings) as handle,
+        open_asgi_transport(handle.app, lifespan=False) as transport,
+    ):
+        yield handle, transport
 
 
 async def _total_rounds(client: httpx.AsyncClient, run_id: str, total: int) -> None:
@@ -65,6 +90,15 @@ async def _wait_aggregated(handle: DaemonHandle, run_id: str, w: int) -> Aggrega
             await trio.sleep(1.0)
 
 
+async def _wait_losses(handle: DaemonHandle, run_id: str, n: int) -> list[LossRow]:
+    with trio.fail_after(RUN_TIMEOUT):
+        while True:
+            rows = [await handle.ctx.db.read(get_loss_row, run_id, w) for w in range(n)]
+            if all(row is not None for row in rows):
+                return [row for row in rows if row is not None]
+            await trio.sleep(1.0)
+
+
 def _replay(handle: DaemonHandle, params: Params, tape_key: str) -> str:
     objects = handle.ctx.objects
     signed = parse_signed_tape(objects.path_of(tape_key).read_bytes())
@@ -78,7 +112,7 @@ def _replay(handle: DaemonHandle, params: Params, tape_key: str) -> str:
     return report.theta_hash
 
 
-async def test_three_rounds_open_on_time_chain_their_thetas_and_replay(
+async def test_five_rounds_open_on_time_chain_their_thetas_replay_and_cut_the_heldout_loss(
     tmp_path: Path,
     data_dir: Path,
     run_manifest: RunManifest,
@@ -86,11 +120,19 @@ async def test_three_rounds_open_on_time_chain_their_thetas_and_replay(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     summaries: dict[str, Summary] = {}
+    # The operator pins the public part; the holdout stays in the build directory.
+    pinned = await pin_async(data_dir, tmp_path / "state" / "objects")
     async with (
-        _daemon(tmp_path) as (handle, transport),
+        _daemon_with_holdout(tmp_path, data_dir) as (handle, transport),
         httpx.AsyncClient(transport=transport, base_url=API) as client,
     ):
         run_id = await _launch(client, run_manifest)
+        registered = await client.put(
+            f"/v1/admin/runs/{run_id}/dataset",
+            json={"manifest_sha256": pinned.manifest_sha256},
+            headers=admin_headers(),
+        )
+        assert registered.status_code == 200, registered.text
         await _total_rounds(client, run_id, ROUNDS)
         configs = {key.ss58: _config(tmp_path, key, data_dir) for key in MINERS}
 
@@ -110,6 +152,7 @@ async def test_three_rounds_open_on_time_chain_their_thetas_and_replay(
                 for key in MINERS:
                     nursery.start_soon(mine, key)
         aggs = [await _wait_aggregated(handle, run_id, w) for w in range(ROUNDS)]
+        losses = await _wait_losses(handle, run_id, ROUNDS + 1)
         rounds: list[RoundRow] = await handle.ctx.db.read(round_rows, run_id)
         views = [(await client.get(f"/v1/runs/{run_id}/rounds/{w}")).json() for w in range(ROUNDS)]
         params = Params.from_outer(run_manifest.outer)
@@ -138,7 +181,13 @@ async def test_three_rounds_open_on_time_chain_their_thetas_and_replay(
         assert {m["status"] for m in views[w]["miners"]} == {"UPLOADED"}
         assert views[w]["update_norm"] == aggs[w].update_norm
         assert views[w]["clipped"] == aggs[w].clipped
-        assert views[w]["heldout_loss"] is None
+        assert views[w]["heldout_loss"] == losses[w].loss
+        assert views[w]["heldout_loss_after"] == losses[w + 1].loss
+        assert losses[w + 1].theta_hash == aggs[w].theta_hash
+    assert losses[0].theta_hash == rounds[0].body.theta_hash  # the genesis
+    assert {row.n_samples for row in losses} == {64}
+    print("held-out loss of theta(0..5):", [round(row.loss, 4) for row in losses])
+    assert losses[ROUNDS].loss < losses[0].loss
     # Each tape starts from the previous round's stored OuterState.
     for w in range(1, ROUNDS):
         assert tapes[w].body.prev_state == aggs[w - 1].out_state

@@ -1,0 +1,166 @@
+"""``hypertrain aggregate``: merge a run's rounds on this machine (:mod:`hypertrain.aggregator.
+remote`), for a daemon started with ``aggregator = "external"``.
+
+``hypertrain aggregate --api URL --run-id ID --admin-token-file F --coord-key F [--once]
+[--state-dir D]`` prints one JSON line per merged round ``{w, tape_key, theta_hash,
+update_norm, clipped, opened[, note]}``. Without ``--once`` it runs until the run's last round
+is merged (forever for a run without ``total_rounds``); with it, it merges the newest round once
+it is due and exits.
+
+Exit status: 0 ok; 1 the daemon refused a request (its detail is printed) or the previous
+OuterState is unknown; 2 usage, an unreadable key or token file, a key that is not the run's
+K_coord, or a token the daemon refuses (401); 3 the daemon unreachable after the retries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import httpx
+import trio
+
+from hypertrain.aggregator.remote import RemoteAggregator, RemoteConfig, StateUnknown
+from hypertrain.aggregator.remote_client import (
+    DEFAULT_RETRY,
+    AggregatorClient,
+    DaemonUnreachable,
+    Refused,
+    Retry,
+    TokenRefused,
+)
+from hypertrain.aggregator.remote_plan import KeyMismatch, MergeReport
+from hypertrain.cli._common import (
+    EXIT_INVALID,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    OneLineParser,
+    Subparsers,
+    fail,
+    hex64_arg,
+    print_json,
+)
+from hypertrain.protocol.errors import KeyfileError, ProtocolError
+from hypertrain.protocol.keys import load_keypair
+
+__all__ = ["DEFAULT_STATE_DIR", "EXIT_UNREACHABLE", "aggregate_main", "read_token_file", "register"]
+
+EXIT_UNREACHABLE: Final = 3
+DEFAULT_STATE_DIR: Final = "aggregator-state"
+_MAX_TOKEN_BYTES: Final = 4096
+
+
+def read_token_file(path: str) -> str:
+    """The one token in file ``path``; CliError (exit 2) when unreadable, empty or not one
+    token."""
+    try:
+        data = Path(path).read_bytes()[: _MAX_TOKEN_BYTES + 1]
+    except FileNotFoundError:
+        raise CliError(f"--admin-token-file {path}: no such file") from None
+    except OSError as e:
+        raise CliError(f"--admin-token-file {path}: cannot read ({e.strerror})") from None
+    token = data.strip()
+    if len(data) > _MAX_TOKEN_BYTES or not token or any(c <= 32 for c in token):
+        raise CliError(
+            f"--admin-token-file {path}: does not hold one token (empty, too long or"
+            " containing whitespace)"
+        )
+    return token.decode("utf-8", "surrogateescape")
+
+
+def _api_arg(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an http(s) URL")
+    return value.rstrip("/")
+
+
+def _report(report: MergeReport) -> None:
+    print_json(report.to_json())
+    sys.stdout.flush()
+
+
+async def _run(args: argparse.Namespace, client: AggregatorClient) -> int:
+    config = RemoteConfig(
+        run_id=args.run_id,
+        coord=load_keypair(args.coord_key),
+        state_dir=Path(args.state_dir),
+    )
+    aggregator = RemoteAggregator(config, client, _report)
+    if not args.once:
+        await aggregator.run()
+        return EXIT_OK
+    if await aggregator.merge_next() is None:
+        sys.stderr.write("hypertrain: nothing to merge: the run's last round is merged\n")
+    return EXIT_OK
+
+
+async def aggregate_main(
+    args: argparse.Namespace,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    retry: Retry = DEFAULT_RETRY,
+) -> int:
+    """Run the command for parsed ``args``; every failure is one line on stderr and an exit
+    status (module doc). Tests pass an in-process ``transport``."""
+    try:
+        token = read_token_file(args.admin_token_file)
+        client = AggregatorClient(args.api, token, transport=transport, retry=retry)
+        try:
+            return await _run(args, client)
+        finally:
+            await client.aclose()
+    except CliError as e:
+        return fail(str(e), e.code)
+    except KeyfileError as e:
+        return fail(f"--coord-key {args.coord_key}: {e.detail}", EXIT_USAGE)
+    except KeyMismatch as e:
+        return fail(str(e), EXIT_USAGE)
+    except TokenRefused as e:
+        return fail(f"the daemon refused the admin token ({e})", EXIT_USAGE)
+    except Refused as e:
+        return fail(f"refused: {e}", EXIT_INVALID)
+    except StateUnknown as e:
+        return fail(str(e), EXIT_INVALID)
+    except DaemonUnreachable as e:
+        return fail(f"daemon unreachable: {e}", EXIT_UNREACHABLE)
+    except ProtocolError as e:
+        return fail(f"{type(e).__name__}: {e.detail}", EXIT_INVALID)
+
+
+def _aggregate(args: argparse.Namespace) -> int:
+    return trio.run(partial(aggregate_main, args))
+
+
+def register(subparsers: Subparsers[Any]) -> None:
+    """Add ``aggregate``."""
+    parser: OneLineParser = subparsers.add_parser(
+        "aggregate",
+        help="merge a run's rounds on this machine (daemon with aggregator = external)",
+        description="Merge each round of a run at d_upload and open the next, from outside "
+        "the daemon. Exit status: 0 ok, 1 refused by the daemon, 2 usage/key/token problem, "
+        "3 daemon unreachable.",
+    )
+    parser.add_argument("--api", required=True, type=_api_arg, metavar="URL", help="daemon URL")
+    parser.add_argument("--run-id", required=True, type=hex64_arg, metavar="ID", help="run id")
+    parser.add_argument(
+        "--admin-token-file", required=True, metavar="F", help="file holding the admin token"
+    )
+    parser.add_argument(
+        "--coord-key", required=True, metavar="F", help="K_coord seed file (the run's)"
+    )
+    parser.add_argument(
+        "--once", action="store_true", help="merge the newest round once it is due, then exit"
+    )
+    parser.add_argument(
+        "--state-dir",
+        default=DEFAULT_STATE_DIR,
+        metavar="D",
+        help=f"where merged states and tapes are kept (default ./{DEFAULT_STATE_DIR})",
+    )
+    parser.set_defaults(handler=_aggregate)
