@@ -40,6 +40,7 @@ from hypertrain.coordinator.settings import CoordinatorSettings
 from hypertrain.daemon.logs import configure_logging
 from hypertrain.daemon.services import SERVICES, DaemonParts, ServiceSpec
 from hypertrain.daemon.settings import ConfigError, DaemonSettings, load_settings
+from hypertrain.demo.main import main as demo_main
 from hypertrain.protocol.errors import KeyfileError
 from hypertrain.store import ObjectStore, open_database
 from nurseries import (
@@ -58,6 +59,7 @@ __all__ = ["EXIT_CONFIG", "EXIT_FAILURE", "EXIT_OK", "DaemonHandle", "main", "se
 log = logging.getLogger(__name__)
 
 EXIT_OK: Final = 0
+DEMO_FLAG: Final = "--demo"
 EXIT_FAILURE: Final = 1
 EXIT_CONFIG: Final = 2
 RELAY_CLIENT_TIMEOUT: Final = httpx.Timeout(connect=3.0, read=5.0, write=5.0, pool=5.0)
@@ -223,9 +225,15 @@ async def _run(settings: DaemonSettings) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``hypertrain-daemon`` console script; returns the exit status."""
+    """The ``hypertrain-daemon`` console script; returns the exit status.
+
+    ``--demo`` anywhere in ``argv`` runs the local demo network instead
+    (:mod:`hypertrain.demo.main`, with the other arguments)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if DEMO_FLAG in args:
+        return demo_main([a for a in args if a != DEMO_FLAG])
     try:
-        settings = load_settings(sys.argv[1:] if argv is None else argv, os.environ)
+        settings = load_settings(args, os.environ)
     except ConfigError as e:
         print(f"hypertrain-daemon: error: {e.detail}", file=sys.stderr)
         return EXIT_CONFIG

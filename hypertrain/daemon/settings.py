@@ -235,6 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
         "Settings: CLI flags > environment (CHALLENGE_*, HYPERTRAIN_*) > --config TOML > "
         "defaults.",
     )
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help="run the local demo network instead (options: hypertrain-daemon --demo --help)",
+    )
     parser.add_argument("--config", metavar="FILE.toml", help="TOML file of settings")
     parser.add_argument("--host", help=f"address to listen on (default {DEFAULT_HOST})")
     parser.add_argument("--port", help=f"port to listen on, 0 for any (default {DEFAULT_PORT})")

@@ -1,0 +1,1 @@
+"""The local demo network (``hypertrain-daemon --demo``): see :mod:`hypertrain.demo.main`."""

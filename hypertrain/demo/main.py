@@ -1,0 +1,280 @@
+"""``hypertrain-daemon --demo``: a whole local network in one command (the README's first).
+
+::
+
+    hypertrain-daemon --demo [--rounds N] [--miners M] [--port P] [--keep DIR]
+
+What it does, in order (every wait bounded; the files are described in
+:mod:`hypertrain.demo.workspace`):
+
+1. a demo directory (a new temporary one, removed at the end; ``--keep DIR``: DIR, new or
+   empty, kept) with fresh tokens, an owner key and K_coord;
+2. ``hypertrain-daemon`` as a child process on 127.0.0.1 (``--port``, default any free port)
+   with its own local beacon chain of one-second rounds; its URL is the first line printed,
+   ``daemon: http://127.0.0.1:PORT``, so nodes, dashboards and curl can join;
+3. the dataset, built from the default corpus (the standard library's sources) and pinned into
+   the daemon's object store; the holdout split stays on disk, where the daemon evaluates
+   every merged theta on it (``HYPERTRAIN_HOLDOUT_DIR``);
+4. the CPU test-mode manifest (``hypertrain manifest example``) over that dataset and chain,
+   sealed by the owner; over the admin API: create the run, register the dataset, configure
+   ``N`` rounds, admit ``M`` miners;
+5. ``M`` ``hypertrain-miner run`` children talking HTTP to the daemon; once each waits for
+   round 0, the run is unpaused;
+6. a live table, one line whenever a round's state, uploads, update norm, clipped count or
+   held-out loss changes (:mod:`hypertrain.demo.table`), then a summary.
+
+Exit status: 0 when ``N`` rounds were applied and the held-out loss of the last merged theta is
+below that of theta(0); 1 otherwise, with the reason (and the tail of the failing child's log);
+2 a usage error; 130 interrupted (Ctrl-C). The children are stopped in every case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import httpx
+import trio
+
+from hypertrain.beacon.chain import ChainInfo
+from hypertrain.cli._common import EXIT_USAGE, OneLineParser, positive_int_arg
+from hypertrain.datasets.pin import pin_async
+from hypertrain.demo.children import Child, ChildFailed, Children, open_children
+from hypertrain.demo.table import HEADER, RoundRow, Table, summary_lines, verdict
+from hypertrain.demo.workspace import Workspace, build_dataset, create_workspace, demo_manifest
+from hypertrain.protocol.envelope import NEVER, seal
+
+__all__ = ["DemoFailed", "DemoOptions", "build_parser", "main", "run_demo"]
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_INTERRUPTED: Final = 130
+LISTENING: Final = "hypertrain-daemon listening on "
+TRAIN_ROUNDS: Final = 8
+"""drand rounds (seconds) between d_assign and d_commit: the miners' training window."""
+FINAL_AFTER_UPLOAD: Final = 2
+STARTUP_SECONDS: Final = 60.0
+"""Bound for the daemon to listen and for each miner to wait for round 0."""
+SETUP_SECONDS: Final = 120.0
+"""Bound for everything before the run is unpaused."""
+ROUND_SECONDS: Final = 45.0
+"""Bound per round (a round takes about 15 s: 2 + 8 + 4 drand rounds of 1 s, plus the merge)."""
+POLL_SECONDS: Final = 0.5
+STOP_GRACE: Final = 10.0
+HTTP_TIMEOUT: Final = 30.0
+
+
+class DemoFailed(Exception):
+    """The demo cannot go on; the message says why."""
+
+
+@attrs.frozen
+class DemoOptions:
+    """The command line (module doc)."""
+
+    rounds: int = 3
+    miners: int = 3
+    port: int = 0
+    keep: Path | None = None
+
+
+def _port(value: str) -> int:
+    if not value.isdigit() or not 0 <= int(value) <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number (0..65535)")
+    return int(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="hypertrain-daemon --demo",
+        description="Run a local hypertrain network: a daemon with its own beacon chain, a "
+        "dataset, a run and miners as separate processes over 127.0.0.1; print a live table per "
+        "round and exit 0 when the rounds were applied and the held-out loss fell.",
+    )
+    parser.add_argument("--rounds", type=positive_int_arg, default=3, metavar="N")
+    parser.add_argument("--miners", type=positive_int_arg, default=3, metavar="M")
+    parser.add_argument(
+        "--port", type=_port, default=0, metavar="P", help="daemon port (default: any free one)"
+    )
+    parser.add_argument(
+        "--keep", type=Path, metavar="DIR", help="keep every file in DIR (new or empty)"
+    )
+    return parser
+
+
+Say = Callable[[str], None]
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+@attrs.define
+class _Admin:
+    """The admin API calls of the demo; any answer but the expected one is DemoFailed."""
+
+    client: httpx.AsyncClient
+    token: str
+
+    async def call(self, method: str, path: str, body: object = None, ok: int = 200) -> Any:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        r = await self.client.request(method, path, json=body, headers=headers)
+        if r.status_code != ok:
+            raise DemoFailed(f"{method} {path} answered {r.status_code}: {r.text[:300]}")
+        return r.json()
+
+
+async def _start_daemon(children: Children, ws: Workspace, port: int) -> tuple[Child, str]:
+    argv = [sys.executable, "-m", "hypertrain.daemon", "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--beacon", "local", "--local-period", "1"]
+    daemon = await children.start(
+        "hypertrain-daemon", argv, env=ws.daemon_env(), stdout=ws.daemon_out, stderr=ws.daemon_log
+    )
+    line = await daemon.wait_for_line(lambda s: s.startswith(LISTENING), STARTUP_SECONDS)
+    return daemon, line[len(LISTENING) :].strip()
+
+
+async def _launch(
+    children: Children, ws: Workspace, api: _Admin, url: str, options: DemoOptions, say: Say
+) -> tuple[str, list[Child]]:
+    """Steps 3 to 5 of the module doc; returns the run id and the miners."""
+    dataset = await trio.to_thread.run_sync(build_dataset, ws, 64)
+    pinned = await pin_async(ws.dataset, ws.state / "objects")
+    say(
+        f"demo: dataset of {dataset.n_samples} samples of {dataset.seq_len} tokens "
+        f"({dataset.holdout.n_samples} held out), pinned as {pinned.manifest_sha256[:16]}"
+    )
+    chain = ChainInfo.from_json(await api.call("GET", "/v1/beacon/info"))
+    manifest = demo_manifest(ws, chain, dataset)
+    if manifest.model.seq_len != dataset.seq_len:
+        raise DemoFailed(f"the model needs seq_len {manifest.model.seq_len}")
+    envelope = seal(ws.owner, "RunManifest", manifest.run_id(), manifest, NEVER).to_json()
+    run_id = str((await api.call("POST", "/v1/admin/runs", envelope, ok=201))["run_id"])
+    base = f"/v1/admin/runs/{run_id}"
+    await api.call("PUT", f"{base}/dataset", {"manifest_sha256": pinned.manifest_sha256})
+    config = {
+        "train_rounds": TRAIN_ROUNDS,
+        "final_after_upload": FINAL_AFTER_UPLOAD,
+        "total_rounds": options.rounds,
+    }
+    await api.call("PUT", f"{base}/config", config)
+    homes = [ws.add_miner(i, url, run_id) for i in range(options.miners)]
+    for home in homes:
+        await api.call("PUT", f"{base}/roster/{home.key.ss58}", {})
+    say(
+        f"demo: run {run_id[:16]} ({manifest.model.param_count:,} parameters,"
+        f" H={manifest.inner.H} inner steps a round), {options.miners} miners,"
+        f" {options.rounds} rounds"
+    )
+    miners = []
+    for home in homes:
+        argv = [sys.executable, "-m", "hypertrain.miner", "run", "--config", str(home.config)]
+        argv += ["--rounds", str(options.rounds), "--start", "0"]
+        miners.append(
+            await children.start(
+                home.name, argv, env={}, stdout=home.stdout, stderr=home.stderr, cwd=home.home
+            )
+        )
+    for miner in miners:
+        await miner.wait_for_line(
+            lambda s: s.endswith("round 0: waiting"), STARTUP_SECONDS, stream="stderr"
+        )
+    await api.call("PUT", f"{base}/paused", {"paused": False})
+    return run_id, miners
+
+
+def _check_children(daemon: Child, miners: Sequence[Child]) -> None:
+    if daemon.returncode is not None:
+        raise DemoFailed(f"the daemon exited with status {daemon.returncode}:\n{daemon.tail()}")
+    if all(m.returncode not in (None, 0) for m in miners):
+        raise DemoFailed(f"every miner failed; {miners[0].name}:\n{miners[0].tail()}")
+
+
+async def _watch(
+    client: httpx.AsyncClient,
+    run_id: str,
+    options: DemoOptions,
+    daemon: Child,
+    miners: Sequence[Child],
+    say: Say,
+) -> tuple[list[RoundRow], float | None]:
+    """Print the table until ``N`` rounds are merged and evaluated (or the time is up)."""
+    table = Table()
+    initial: float | None = None
+    say(HEADER)
+    with trio.move_on_after(ROUND_SECONDS * options.rounds):
+        while True:
+            _check_children(daemon, miners)
+            run = (await client.get(f"/v1/runs/{run_id}")).json()
+            for item in run.get("rounds", []):
+                w = int(item["w"])
+                done = table.printed.get(w)
+                if done is not None and done.complete:
+                    continue
+                view = (await client.get(f"/v1/runs/{run_id}/rounds/{w}")).json()
+                row = RoundRow.from_view(view)
+                if w == 0 and initial is None and row.heldout_loss is not None:
+                    initial = row.heldout_loss
+                    say(f"demo: held-out loss of theta(0): {initial:.4f}")
+                line = table.update(row)
+                if line is not None:
+                    say(line)
+            rows = table.latest()
+            if sum(r.complete for r in rows) >= options.rounds:
+                return rows, initial
+            await trio.sleep(POLL_SECONDS)
+    return table.latest(), initial
+
+
+async def run_demo(options: DemoOptions, say: Say = _say) -> int:
+    """The demo (module doc); returns the exit status."""
+    started = trio.current_time()
+    root = options.keep or Path(tempfile.mkdtemp(prefix="hypertrain-demo-"))
+    try:
+        ws = create_workspace(root)
+        async with open_children(STOP_GRACE) as children:
+            with trio.fail_after(STARTUP_SECONDS):
+                daemon, url = await _start_daemon(children, ws, options.port)
+            say(f"daemon: {url}")
+            kept = "kept" if options.keep else "removed at the end; --keep DIR keeps them"
+            say(f"demo: files in {root} ({kept}); daemon log {ws.daemon_log}")
+            async with httpx.AsyncClient(base_url=url, timeout=HTTP_TIMEOUT) as client:
+                api = _Admin(client, ws.admin_token)
+                with trio.fail_after(SETUP_SECONDS):
+                    run_id, miners = await _launch(children, ws, api, url, options, say)
+                rows, initial = await _watch(client, run_id, options, daemon, miners, say)
+            for miner in miners:
+                await miner.wait(STOP_GRACE)
+            await daemon.stop(STOP_GRACE)
+        result = verdict(rows, options.rounds, initial)
+        for line in summary_lines(rows, options.rounds, initial, trio.current_time() - started):
+            say(line)
+        say(f"demo: {'ok' if result.ok else 'FAILED'}: {result.reason}")
+        return EXIT_OK if result.ok else EXIT_FAILED
+    except (DemoFailed, ChildFailed, trio.TooSlowError, httpx.HTTPError, OSError) as e:
+        reason = str(e) or type(e).__name__
+        say(f"demo: FAILED: {reason}")
+        return EXIT_FAILED
+    finally:
+        if options.keep is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv: Sequence[str]) -> int:
+    """Parse ``argv`` (without ``--demo``) and run the demo; returns the exit status."""
+    try:
+        args = build_parser().parse_args(list(argv))
+    except SystemExit as e:
+        return EXIT_USAGE if e.code else EXIT_OK
+    options = DemoOptions(rounds=args.rounds, miners=args.miners, port=args.port, keep=args.keep)
+    try:
+        return trio.run(run_demo, options)
+    except KeyboardInterrupt:
+        print("demo: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,92 @@
+"""The README's first command, run as a user runs it: ``bin/hypertrain-daemon --demo``.
+
+Real processes on real sockets: the launcher, the daemon, two miners. Checked: the first line
+is the daemon's URL, the table and summary are printed, the exit status is 0 because both
+rounds were applied and the held-out loss fell, the kept files are where it said, and no child
+outlives the demo.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_TIMEOUT = 240  # seconds; the two rounds take about 40 s on 2 cores
+
+
+def _demo(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHALLENGE_", "HYPERTRAIN_"))}
+    return subprocess.run(
+        [str(REPO / "bin" / "hypertrain-daemon"), "--demo", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=DEMO_TIMEOUT,
+        check=False,
+    )
+
+
+def _alive_under(path: Path) -> list[str]:
+    """Command lines of live processes that mention ``path``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(path) in cmdline:
+            found.append(cmdline)
+    return found
+
+
+@pytest.mark.slow
+def test_the_demo_applies_two_rounds_and_the_held_out_loss_falls(tmp_path: Path) -> None:
+    keep = tmp_path / "demo"
+    done = _demo("--rounds", "2", "--miners", "2", "--keep", str(keep), cwd=tmp_path)
+    out = done.stdout.splitlines()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.fullmatch(r"daemon: http://127\.0\.0\.1:\d+", out[0]), out[:3]
+    assert "round  state          uploaded  update norm  clipped  held-out loss" in out
+    merged = [
+        line
+        for line in out
+        if re.fullmatch(r"\s+[01]  \w+\s+2/2\s+\d+\.\d{4}\s+\d\s+\d+\.\d{4}", line)
+    ]
+    assert [int(line.split()[0]) for line in merged] == [0, 1], out
+    summary = [line for line in out if line.startswith("summary: ")]
+    assert summary[0].startswith("summary: 2/2 rounds applied in "), summary
+    assert summary[0].endswith("; 4/4 deltas uploaded, " + summary[0].split()[-2] + " preclipped")
+    loss = re.fullmatch(
+        r"summary: held-out loss (\d+\.\d+) at theta\(0\) -> (\d+\.\d+) at theta\(2\) .*",
+        summary[1],
+    )
+    assert loss is not None, summary
+    assert float(loss[2]) < float(loss[1]), summary
+    assert out[-1] == "demo: ok: 2 rounds applied and the held-out loss fell"
+    # The files were kept where it said, and nothing it started is still running.
+    assert (keep / "state" / "challenge.db").is_file()
+    assert sorted(p.name for p in (keep / "miners").iterdir()) == ["miner-0", "miner-1"]
+    assert _alive_under(keep) == []
+
+
+def test_a_bad_option_is_a_usage_error(tmp_path: Path) -> None:
+    done = _demo("--rounds", "0", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "--rounds: '0' is not an int in [1, 2^53-1]" in done.stderr
+
+
+def test_a_kept_directory_that_is_not_empty_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "file").write_text("mine")
+    done = _demo("--keep", str(tmp_path / "busy"), cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == [f"demo: FAILED: {tmp_path / 'busy'} is not empty"]
+    assert (tmp_path / "busy" / "file").read_text() == "mine"

@@ -1,0 +1,83 @@
+"""The demo's table and verdict, from hand-written round views."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypertrain.demo.table import HEADER, RoundRow, Table, summary_lines, verdict
+
+
+def _view(w: int, state: str, statuses: list[str], **merged: Any) -> dict[str, Any]:
+    return {
+        "w": w,
+        "state": state,
+        "miners": [{"hotkey": f"k{i}", "status": s} for i, s in enumerate(statuses)],
+        "update_norm": None,
+        "clipped": None,
+        "heldout_loss": None,
+        "heldout_loss_after": None,
+        **merged,
+    }
+
+
+def _merged(w: int, norm: float, clipped: int, before: float, after: float | None) -> RoundRow:
+    view = _view(
+        w,
+        "APPLIED",
+        ["UPLOADED", "UPLOADED", "COMMITTED"],
+        update_norm=norm,
+        clipped=clipped,
+        heldout_loss=before,
+        heldout_loss_after=after,
+    )
+    return RoundRow.from_view(view)
+
+
+def test_a_row_counts_uploads_and_shows_dashes_until_the_merge() -> None:
+    row = RoundRow.from_view(_view(4, "TRAINING", ["UPLOADED", "ACCEPTED", "ASSIGNED"]))
+    assert (row.uploaded, row.rostered, row.merged, row.complete) == (1, 3, False, False)
+    assert row.line() == "    4  TRAINING            1/3            -        -              -"
+    assert len(row.line()) == len(HEADER)
+
+
+def test_a_merged_row_shows_norm_clipped_and_the_loss_after_the_merge() -> None:
+    row = _merged(0, 0.80954, 2, 5.557, 5.05391)
+    assert row.complete
+    assert row.line() == "    0  APPLIED             2/3       0.8095        2         5.0539"
+
+
+def test_the_table_prints_a_round_only_when_its_line_changes() -> None:
+    table = Table()
+    assert table.update(RoundRow.from_view(_view(0, "OPEN", ["ASSIGNED"]))) is not None
+    assert table.update(RoundRow.from_view(_view(0, "OPEN", ["ASSIGNED"]))) is None
+    # heldout_loss (of theta(w)) is not a column: a row differing only there prints nothing.
+    same = RoundRow.from_view(_view(0, "OPEN", ["ASSIGNED"], heldout_loss=5.5))
+    assert table.update(same) is None
+    assert table.latest() == [same]
+    assert table.update(RoundRow.from_view(_view(0, "ASSIGNED", ["ASSIGNED"]))) is not None
+    assert table.update(RoundRow.from_view(_view(1, "OPEN", ["ASSIGNED"]))) is not None
+    assert [row.w for row in table.latest()] == [0, 1]
+
+
+def test_the_verdict_needs_every_round_merged_and_the_loss_below_theta_zero() -> None:
+    rows = [_merged(0, 1.0, 0, 5.5, 5.0), _merged(1, 1.0, 0, 5.0, 4.5)]
+    assert verdict(rows, 2, 5.5).ok
+    assert verdict(rows, 3, 5.5).reason == "only 2 of 3 rounds were applied"
+    assert verdict([*rows[:1], _merged(1, 1.0, 0, 5.0, 5.6)], 2, 5.5).reason == (
+        "held-out loss did not fall: 5.5000 -> 5.6000"
+    )
+    assert verdict(rows, 2, None).reason == "the daemon did not report the held-out loss"
+    assert not verdict([_merged(0, 1.0, 0, 5.5, float("nan"))], 1, 5.5).ok
+    # Only the first N merged rounds count.
+    assert verdict([*rows, _merged(2, 1.0, 0, 4.5, 9.0)], 2, 5.5).ok
+
+
+def test_the_summary_adds_up_the_merged_rounds() -> None:
+    rows = [_merged(0, 1.0, 2, 5.5, 5.0), _merged(1, 1.0, 1, 5.0, 4.4)]
+    assert summary_lines(rows, 2, 5.5, 41.04) == [
+        "summary: 2/2 rounds applied in 41.0 s; 4/6 deltas uploaded, 3 preclipped",
+        "summary: held-out loss 5.5000 at theta(0) -> 4.4000 at theta(2) (-20.0%)",
+    ]
+    assert summary_lines([], 2, None, 3.0) == [
+        "summary: 0/2 rounds applied in 3.0 s; 0/0 deltas uploaded, 0 preclipped"
+    ]
