@@ -23,7 +23,9 @@ merge_next`:
    ``d_open`` because D moved on is retried with a fresh template), then publish the start state
    ``PUT .../rounds/{w + 1}/state``. When round ``w + 1`` is already open: with our
    ``theta_hash`` (an earlier run of this command stopped half-way) its state is still
-   published; with another one (someone else merged) nothing is published and the report says so.
+   published; with another one (someone else merged) nothing is published and the report says so;
+5. record the tape with ``PUT .../rounds/{w}/tape`` (:mod:`hypertrain.coordinator.taperecord`),
+   also for the last round, so the daemon shows the merge and evaluates its held-out loss.
 
 Idempotent after a crash anywhere: the objects are content addressed, the start state is
 write-once, and each pass first makes sure the newest round's start state is published when
@@ -122,7 +124,9 @@ class RemoteAggregator:
                 await trio.sleep(self.config.idle_poll)
                 continue
             await self._ensure_published(run, w)
-            if run.is_last(w) and self.state.merged(run_id, w) is not None:
+            merged = self.state.merged(run_id, w)
+            if run.is_last(w) and merged is not None:
+                await self.client.record_tape(run_id, w, merged.tape_key)
                 return None
             inputs = await self.client.inputs(run_id, w)
             d_upload = int(round_open_of(inputs)["d_upload"])
@@ -178,6 +182,8 @@ class RemoteAggregator:
             report = MergeReport.of(step, None, f"round {w} is the run's last round")
         else:
             report = await self._open_next(run, step)
+        if report.opened is not None or run.is_last(w):
+            await self.client.record_tape(run.run_id, w, step.tape_key)
         self.report(report)
         return report
 
@@ -234,13 +240,14 @@ class RemoteAggregator:
         view = await self.client.round_view(run.run_id, w)
         if merged is None or view is None:
             return
+        if str(view["round_open"]["body"]["theta_hash"]) != merged.theta_hash:
+            return
         if view.get("state_sha256") is None:
-            if str(view["round_open"]["body"]["theta_hash"]) != merged.theta_hash:
-                return
             for key in (merged.out_state, merged.theta_start_sha256, merged.tape_key):
                 blob = self.state.get(key)
                 if blob is not None:
                     await self.client.put_object(blob)
             await self.client.publish_state(run.run_id, w, merged.theta_start_sha256)
             log.info("round %d: published the start state an earlier pass left out", w)
+        await self.client.record_tape(run.run_id, w - 1, merged.tape_key)
         self._published.add(w)

@@ -202,3 +202,11 @@ class AggregatorClient:
             f"/v1/aggregator/runs/{run_id}/rounds/{w}/state",
             json={"theta_start_sha256": theta_start_sha256},
         )
+
+    async def record_tape(self, run_id: str, w: int, tape_key: str) -> None:
+        """``PUT .../rounds/{w}/tape`` (write-once; the same tape again is 200)."""
+        await self._json(
+            "PUT",
+            f"/v1/aggregator/runs/{run_id}/rounds/{w}/tape",
+            json={"tape_key": tape_key},
+        )

@@ -12,6 +12,9 @@ K_coord, 404 unknown run or round, 409 run not running, round ``w + 1`` already 
 not the newest round), ``D < d_upload(w)`` or ``d_open < D``, 422 naming the first template field
 that differs from the server's template. The four state hashes are the aggregator's. Answers
 ``{w, state: "APPLIED", opened}``; the start state is published separately (PUT .../state).
+
+``PUT /v1/aggregator/runs/{id}/rounds/{w}/tape`` (admin, ``{tape_key}``): an external
+aggregator records its merge of round ``w`` (:mod:`hypertrain.coordinator.taperecord`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from typing import Any
 from quart import Response, request
 from quart_trio import QuartTrio
 
+from hypertrain.aggregator.outerstate import unpack_outer
+from hypertrain.aggregator.tape import parse_signed_tape, verify_tape
 from hypertrain.beacon.ingest import latest_round
 from hypertrain.coordinator.auth import require_admin
 from hypertrain.coordinator.context import Coordinator
@@ -30,10 +35,18 @@ from hypertrain.coordinator.roundopen import TEMPLATE_FIELDS, open_planned, plan
 from hypertrain.coordinator.roundstore import RoundRow, get_round_row
 from hypertrain.coordinator.roundview import round_facts
 from hypertrain.coordinator.runs import active_roster, get_run, next_round_w
-from hypertrain.protocol.converter import unstructure
+from hypertrain.coordinator.taperecord import (
+    TapeRequest,
+    check_tape_facts,
+    record_tape,
+    tape_record,
+)
+from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.envelope import Verified, check_shape, verify
 from hypertrain.protocol.errors import Conflict, ContractMismatch, Malformed, NotFound
 from hypertrain.protocol.messages import RoundOpen
+from hypertrain.store.catalog import record_object
+from hypertrain.trainer.state import pack_state
 
 __all__ = ["apply_aggregate", "inputs_view", "register"]
 
@@ -139,6 +152,50 @@ def register(app: QuartTrio, ctx: Coordinator) -> None:
         )
         return json_response({"w": w, "state": "APPLIED", "opened": opened.w})
 
+    async def put_tape(run_id: str, w: int) -> Response:
+        await require_admin(ctx)
+        wanted = structure(TapeRequest, await read_json(ctx))
+        tape = parse_signed_tape(await _stored(wanted.tape_key, "tape"))
+        verify_tape(tape, coord_ss58=ctx.coord_keypair().ss58)
+        out = unpack_outer(await _stored(tape.body.out_state, "out_state"))
+        await ctx.db.read(check_tape_facts, run_id, w, tape, out)
+        theta = await ctx.objects.put_bytes(pack_state(out.theta))
+        await ctx.db.write(record_object, theta, int(ctx.wall.now()))
+        record = tape_record(wanted.tape_key, tape, out, theta.sha256)
+        if await ctx.db.write(record_tape, run_id, w, record):
+            ctx.events.publish(
+                "round_state",
+                {
+                    "run_id": run_id,
+                    "w": w,
+                    "state": "aggregated",
+                    "D": ctx.beacon.latest,
+                    "tape_key": record.tape_key,
+                    "theta_hash": record.theta_hash,
+                },
+            )
+        return json_response(
+            {
+                "run_id": run_id,
+                "w": w,
+                "tape_key": record.tape_key,
+                "theta_hash": record.theta_hash,
+                "update_norm": record.update_norm,
+                "clipped": record.clipped,
+            }
+        )
+
+    async def _stored(sha256: str, what: str) -> bytes:
+        if not ctx.objects.exists(sha256):
+            raise Conflict(f"{what} object {sha256} is not in the object store")
+        return await ctx.objects.get(sha256)
+
+    app.add_url_rule(
+        "/v1/aggregator/runs/<run_id>/rounds/<int:w>/tape",
+        "aggregator.tape",
+        put_tape,
+        methods=["PUT"],
+    )
     app.add_url_rule(
         "/v1/aggregator/runs/<run_id>/rounds/<int:w>/inputs",
         "aggregator.inputs",

@@ -30,12 +30,17 @@ from hypertrain.aggregator.remote_client import AggregatorClient, Retry
 from hypertrain.aggregator.remote_plan import MergeReport
 from hypertrain.aggregator.statedir import StateDir
 from hypertrain.aggregator.step import Step, compute_step
-from hypertrain.aggregator.tape import parse_signed_tape
+from hypertrain.aggregator.tape import parse_signed_tape, seal_tape, tape_bytes
 from hypertrain.aggregator.tape_replay import replay_tape
 from hypertrain.beacon.ingest import latest_round
 from hypertrain.cli import build_parser
 from hypertrain.cli.aggregate import aggregate_main
-from hypertrain.coordinator.aggregation import StepInputs, get_aggregation, step_inputs
+from hypertrain.coordinator.aggregation import (
+    AggregationRow,
+    StepInputs,
+    get_aggregation,
+    step_inputs,
+)
 from hypertrain.coordinator.minerstore import miner_details
 from hypertrain.coordinator.roundstore import get_round_row
 from hypertrain.coordinator.runs import get_run
@@ -164,7 +169,7 @@ async def test_the_remote_aggregator_merges_two_rounds_byte_for_byte_as_the_daem
             ]
             for step in ours
         }
-        never_merged = await handle.ctx.db.read(get_aggregation, run_id, 0)
+        recorded = [await handle.ctx.db.read(get_aggregation, run_id, w) for w in (0, 1)]
         params = Params.from_outer(run_manifest.outer)
         objects = handle.ctx.objects
         replayed = [
@@ -179,8 +184,18 @@ async def test_the_remote_aggregator_merges_two_rounds_byte_for_byte_as_the_daem
 
     assert codes == [0, 0]
     assert exits == dict.fromkeys((key.ss58 for key in MINERS), 0)
-    assert never_merged is None  # aggregator = external: the daemon merged nothing itself
     for w, (report, step) in enumerate(zip(reports, ours, strict=True)):
+        # aggregator = external: the daemon merged nothing itself, it recorded the remote's tape
+        assert recorded[w] == AggregationRow(
+            tape_key=step.tape_key,
+            out_state=step.out_state,
+            theta_start_sha256=step.theta_start_sha256,
+            theta_hash=step.theta_hash,
+            update_norm=step.update_norm,
+            clipped=step.clipped,
+        )
+        assert views[w]["tape_key"] == step.tape_key
+        assert views[w]["update_norm"] == step.update_norm
         assert report == {
             "w": w,
             "tape_key": step.tape_key,
@@ -253,6 +268,10 @@ async def test_a_pass_stopped_before_publishing_is_finished_by_the_next_one(
     assert "nothing to merge" in captured.err
 
 
+def _forget_tape(conn: sqlite3.Connection, run_id: str, w: int) -> None:
+    conn.execute("DELETE FROM aggregations WHERE run_id = ? AND w = ?", (run_id, w))
+
+
 async def test_refusals_exit_with_a_clear_message(
     tmp_path: Path,
     run_manifest: RunManifest,  # noqa: F811
@@ -263,7 +282,7 @@ async def test_refusals_exit_with_a_clear_message(
     wrong_key = tmp_path / "wrong.key"
     write_seed_file(wrong_key, bytes([0x99]) * 32)
     async with (
-        _external_daemon(tmp_path) as (_handle, transport),
+        _external_daemon(tmp_path) as (handle, transport),
         httpx.AsyncClient(transport=transport, base_url=API) as client,
     ):
         run_id = await _launch(client, run_manifest)
@@ -280,9 +299,11 @@ async def test_refusals_exit_with_a_clear_message(
             empty.write_text("\n")
             argv[argv.index("--admin-token-file") + 1] = str(empty)
             results["empty token"] = (await _aggregate(argv, transport), capsys.readouterr().err)
-            # Round 0 merged, then a fresh state directory: round 0's OuterState is unknown.
+            # Round 0 merged, its tape unrecorded (as by an aggregator that stopped before
+            # PUT .../tape), then a fresh state directory: round 0's OuterState is unknown.
             assert await _aggregate(_args(tmp_path, run_id), transport) == 0
             capsys.readouterr()
+            await handle.ctx.db.write(_forget_tape, run_id, 0)
             argv = _args(tmp_path, run_id)
             argv[argv.index("--state-dir") + 1] = str(tmp_path / "fresh-state")
             results["state unknown"] = (await _aggregate(argv, transport), capsys.readouterr().err)
@@ -389,3 +410,67 @@ def test_usage_errors_exit_2_naming_the_problem(
     argv = [*base[:-1], str(token), "--coord-key", str(tmp_path / "nokey"), "--once"]
     assert main(argv) == 2
     assert "--coord-key" in capsys.readouterr().err
+
+
+async def test_the_tape_route_records_only_k_coords_tape_of_that_round_once(
+    tmp_path: Path,
+    run_manifest: RunManifest,  # noqa: F811
+    configured: None,
+    autojump_clock: trio.testing.MockClock,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    async with (
+        _external_daemon(tmp_path) as (handle, transport),
+        httpx.AsyncClient(transport=transport, base_url=API) as client,
+    ):
+        run_id = await _launch(client, run_manifest)
+        with trio.fail_after(RUN_TIMEOUT):
+            assert await _aggregate(_args(tmp_path, run_id), transport) == 0
+        (report,) = _reports(capsys.readouterr().out)
+        tape_key = str(report["tape_key"])
+        signed = parse_signed_tape(handle.ctx.objects.path_of(tape_key).read_bytes())
+        forged = tape_bytes(seal_tape(Keypair.from_seed(bytes([7]) * 32), signed.body))
+        forged_key = hashlib.sha256(forged).hexdigest()
+        r = await client.put(
+            f"/v1/aggregator/objects/{forged_key}", content=forged, headers=admin_headers()
+        )
+        assert r.status_code == 200, r.text
+
+        async def put(w: int, key: str, headers: dict[str, str] | None = None) -> httpx.Response:
+            return await client.put(
+                f"/v1/aggregator/runs/{run_id}/rounds/{w}/tape",
+                json={"tape_key": key},
+                headers=admin_headers() if headers is None else headers,
+            )
+
+        again = await put(0, tape_key)
+        refused = {
+            "no admin": await put(0, tape_key, {}),
+            "unknown object": await put(0, "ab" * 32),
+            "another signer": await put(0, forged_key),
+            "another round": await put(1, tape_key),
+            "not hex": await put(0, "nope"),
+        }
+        view = (await client.get(f"/v1/runs/{run_id}/rounds/0")).json()
+
+    assert again.status_code == 200, again.text
+    assert again.json() == {
+        "run_id": run_id,
+        "w": 0,
+        "tape_key": tape_key,
+        "theta_hash": report["theta_hash"],
+        "update_norm": report["update_norm"],
+        "clipped": report["clipped"],
+    }
+    statuses = {name: r.status_code for name, r in refused.items()}
+    assert statuses == {
+        "no admin": 401,
+        "unknown object": 409,
+        "another signer": 403,
+        "another round": 422,
+        "not hex": 400,
+    }
+    assert "is not in the object store" in refused["unknown object"].json()["detail"]
+    assert "the tape is for run" in refused["another round"].json()["detail"]
+    assert view["tape_key"] == tape_key
+    assert view["update_norm"] == report["update_norm"]
