@@ -1,0 +1,1 @@
+"""hypertrain-node: the volunteer compute node (see :mod:`hypertrain.node.main`)."""

@@ -1,0 +1,146 @@
+"""The node directory and ``node.json``: where a compute node keeps its one secret.
+
+The directory is ``--dir``, else ``HYPERTRAIN_NODE_DIR``, else ``~/.hypertrain/node``; it is
+created with mode 0700. ``node.json`` holds ``{key, node_id, handle, coordinator, saved_at}``:
+written atomically with mode 0600 on every successful registration, read with the same checks
+as a key file (a regular file of ours, not a link, no group/other permission bits), so another
+user on the machine cannot read or swap the key. ``coordinator`` records the origin the key was
+minted for: a saved key is only ever sent to that origin (``--url`` elsewhere refuses to start
+unless ``--key`` is given explicitly).
+
+A key is ``ht_`` followed by 32 base62 characters (DESIGN.md section 6); anything else given
+with ``--key`` or found in node.json is refused before any request is made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+
+__all__ = [
+    "DIR_ENV",
+    "KEY_PATTERN",
+    "NODE_FILE",
+    "NodeFileError",
+    "NodeRecord",
+    "is_node_key",
+    "load_record",
+    "node_dir",
+    "save_record",
+]
+
+DIR_ENV: Final = "HYPERTRAIN_NODE_DIR"
+NODE_FILE: Final = "node.json"
+KEY_PATTERN: Final = re.compile(r"ht_[0-9A-Za-z]{32}")
+_MAX_FILE: Final = 64 * 1024
+
+
+class NodeFileError(Exception):
+    """node.json or the node directory is unusable; the message says why (exit status 2)."""
+
+
+def is_node_key(value: object) -> bool:
+    """Whether ``value`` has the shape of a node key."""
+    return isinstance(value, str) and KEY_PATTERN.fullmatch(value) is not None
+
+
+def node_dir(flag: str | None, environ: Mapping[str, str]) -> Path:
+    """The node directory (module doc), not yet created."""
+    if flag:
+        return Path(flag).expanduser()
+    if environ.get(DIR_ENV, "").strip():
+        return Path(environ[DIR_ENV].strip()).expanduser()
+    return Path.home() / ".hypertrain" / "node"
+
+
+@attrs.frozen
+class NodeRecord:
+    """The contents of node.json."""
+
+    key: str
+    node_id: str
+    handle: str
+    coordinator: str
+    saved_at: int
+    """Unix seconds."""
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+def _check_private(path: Path, st: os.stat_result) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        raise NodeFileError(f"{path}: not a regular file")
+    if st.st_uid != os.getuid():
+        raise NodeFileError(f"{path}: owned by uid {st.st_uid}, not by this user")
+    if st.st_mode & 0o077:
+        raise NodeFileError(
+            f"{path}: mode {stat.S_IMODE(st.st_mode):04o} lets others read it; chmod 600 it"
+        )
+
+
+def load_record(directory: Path) -> NodeRecord | None:
+    """The saved node.json, or None when there is none; :class:`NodeFileError` when it is
+    unsafe (module doc) or not a valid record."""
+    path = directory / NODE_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise NodeFileError(f"{path}: cannot open ({e.strerror})") from None
+    try:
+        _check_private(path, os.fstat(fd))
+        raw = os.read(fd, _MAX_FILE + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > _MAX_FILE:
+        raise NodeFileError(f"{path}: too large for a node file")
+    try:
+        data = json.loads(raw)
+        record = NodeRecord(
+            key=str(data["key"]),
+            node_id=str(data["node_id"]),
+            handle=str(data["handle"]),
+            coordinator=str(data["coordinator"]),
+            saved_at=int(data["saved_at"]),
+        )
+    except (ValueError, KeyError, TypeError) as e:
+        raise NodeFileError(f"{path}: not a node record ({e})") from None
+    if not is_node_key(record.key):
+        raise NodeFileError(f"{path}: the saved key is not a node key (ht_ + 32 base62)")
+    return record
+
+
+def save_record(directory: Path, record: NodeRecord) -> Path:
+    """Write node.json atomically, mode 0600, creating the directory (0700) if needed."""
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as e:
+        raise NodeFileError(
+            f"{directory}: cannot create the node directory ({e.strerror})"
+        ) from None
+    path = directory / NODE_FILE
+    tmp = directory / f".{NODE_FILE}.{os.getpid()}.tmp"
+    data = json.dumps(record.to_json(), indent=2, sort_keys=True).encode() + b"\n"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(tmp, flags, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise NodeFileError(f"{path}: cannot write ({e.strerror})") from None
+    return path

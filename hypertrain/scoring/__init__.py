@@ -1,0 +1,1 @@
+"""Scoring: the challenge registry, the scorers and their sandboxed worker process."""
