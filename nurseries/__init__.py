@@ -1,12 +1,14 @@
 """Domain-free Trio building blocks. Nothing in this package imports hypertrain.
 
 Services (``supervise``), time (``periodic``, the wall clocks), long polls (``KeyedWaiter``),
+blocking work (``offload_for``, ``run_inline``),
 shutdown (``open_supervisor``, ``cleanup_scope``), children (``run_process``) and serving
 (``serve_asgi``). Test helpers live in ``nurseries.testing``.
 """
 
 from nurseries._cleanup import cleanup_scope
 from nurseries._clock import FixedClock, SystemClock, VirtualClock, WallClock
+from nurseries._offload import RunSync, offload_for, run_inline
 from nurseries._periodic import Periodic, Tick, periodic
 from nurseries._process import REAP_TIMEOUT, Limits, ProcessResult, run_process
 from nurseries._serve import (
@@ -57,6 +59,7 @@ __all__ = [
     "ProcessResult",
     "RestartMode",
     "RestartPolicy",
+    "RunSync",
     "ServiceGaveUp",
     "ServiceReturned",
     "ServiceStatistics",
@@ -71,8 +74,10 @@ __all__ = [
     "WallClock",
     "cleanup_scope",
     "make_config",
+    "offload_for",
     "open_supervisor",
     "periodic",
+    "run_inline",
     "run_process",
     "run_until_shutdown",
     "serve_asgi",

@@ -18,13 +18,14 @@ aggregate`` on another machine (inputs from ``GET .../inputs``, objects over HTT
   the new OuterState blob, the theta-only start state of round ``w + 1`` and the signed tape.
 
 No I/O of its own: ``fetch(key) -> bytes`` is the caller's (an object store's ``get``, or an
-HTTP download).
+HTTP download), and the computing half (:func:`merge_blobs`) runs in the caller's ``run_sync``
+(the daemon: a worker thread with the real clock; see :mod:`nurseries` ``offload_for``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from attrs import frozen
 
@@ -37,8 +38,9 @@ from hypertrain.protocol.manifest import RunManifest
 from hypertrain.trainer.codec import F32Array, decode_payload
 from hypertrain.trainer.params import init_params
 from hypertrain.trainer.state import pack_state
+from nurseries import RunSync, run_inline
 
-__all__ = ["Fetch", "MergeInputs", "Step", "compute_step", "genesis_state"]
+__all__ = ["Fetch", "MergeInputs", "Step", "compute_step", "genesis_state", "merge_blobs"]
 
 log = logging.getLogger(__name__)
 
@@ -89,26 +91,48 @@ def genesis_state(manifest: RunManifest, theta_hash: str) -> OuterState:
     return state
 
 
-async def _prev_state(fetch: Fetch, inputs: MergeInputs) -> tuple[OuterState, bytes]:
-    if inputs.prev_state_key is not None:
-        blob = await fetch(inputs.prev_state_key)
-        return unpack_outer(blob), blob
-    state = genesis_state(inputs.manifest, inputs.theta_hash)
-    return state, pack_outer(state)
+async def compute_step(
+    fetch: Fetch, inputs: MergeInputs, coord: Keypair, run_sync: RunSync = run_inline
+) -> Step:
+    """Merge round ``inputs.w`` (module doc): fetch every blob, then compute in ``run_sync``
+    (a worker thread in the daemon: seconds of CPU for a big model must not stop the loop)."""
+    prev_blob = None if inputs.prev_state_key is None else await fetch(inputs.prev_state_key)
+    blobs: list[tuple[str, bytes | None]] = []
+    for hotkey, delta_hash in inputs.uploads:
+        try:
+            blobs.append((hotkey, await fetch(delta_hash)))
+        except (NotFound, Malformed) as e:
+            log.warning("round %d: excluding %s: %s", inputs.w, hotkey, e)
+            blobs.append((hotkey, None))
+    step: Step = await run_sync(merge_blobs, inputs, prev_blob, blobs, coord)
+    return step
 
 
-async def compute_step(fetch: Fetch, inputs: MergeInputs, coord: Keypair) -> Step:
-    """Merge round ``inputs.w`` (module doc)."""
+def merge_blobs(
+    inputs: MergeInputs,
+    prev_blob: bytes | None,
+    blobs: Sequence[tuple[str, bytes | None]],
+    coord: Keypair,
+) -> Step:
+    """The computing half of :func:`compute_step` (pure): ``prev_blob`` None is the genesis
+    state; a delta blob None (not found) or one that does not decode or fit is excluded."""
     run_id, w = inputs.run_id, inputs.w
-    prev, prev_blob = await _prev_state(fetch, inputs)
+    if prev_blob is None:
+        prev = genesis_state(inputs.manifest, inputs.theta_hash)
+        prev_blob = pack_outer(prev)
+    else:
+        prev = unpack_outer(prev_blob)
     shapes = prev.shapes()
     deltas: dict[str, dict[str, F32Array]] = {}
     excluded: list[str] = []
-    for hotkey, delta_hash in inputs.uploads:
+    for hotkey, blob in blobs:
+        if blob is None:
+            excluded.append(hotkey)
+            continue
         try:
-            delta = decode_payload(await fetch(delta_hash))
+            delta = decode_payload(blob)
             validate_delta(hotkey, delta, shapes)
-        except (Malformed, NotFound) as e:
+        except Malformed as e:
             log.warning("round %d: excluding %s: %s", w, hotkey, e)
             excluded.append(hotkey)
             continue

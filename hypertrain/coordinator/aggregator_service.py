@@ -37,6 +37,7 @@ from hypertrain.coordinator.aggregation import (
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.roundstore import get_round_row
 from hypertrain.coordinator.runs import get_run, list_runs, next_round_w
+from nurseries import RunSync, run_inline
 
 __all__ = ["IDLE_WAIT", "WAIT_MARGIN", "AggregatorService", "Due", "due_rounds"]
 
@@ -82,6 +83,8 @@ class AggregatorService:
 
     ctx: Coordinator
     after_store: Callable[[Step], None] | None = None
+    run_sync: RunSync = run_inline
+    """Where the merge's CPU work runs (the daemon: a worker thread with the real clock)."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Merge due rounds forever (module doc)."""
@@ -105,7 +108,7 @@ class AggregatorService:
         ctx = self.ctx
         inputs = await ctx.db.read(step_inputs, due.run_id, due.w)
         coord = ctx.coord_keypair()
-        step = await compute_step(ctx.objects.get, inputs.merge_inputs(), coord)
+        step = await compute_step(ctx.objects.get, inputs.merge_inputs(), coord, self.run_sync)
         stored = await store_objects(ctx.objects, step)
         if self.after_store is not None:
             self.after_store(step)

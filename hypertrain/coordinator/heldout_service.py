@@ -22,9 +22,8 @@ from the database each pass, so a restarted daemon computes exactly the missing 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import attrs
 import trio
@@ -46,13 +45,11 @@ from hypertrain.protocol.errors import ContractMismatch, HypertrainError
 from hypertrain.protocol.manifest import ModelSpec
 from hypertrain.trainer.params import init_params
 from hypertrain.trainer.state import TrainState, unpack_state
+from nurseries import RunSync
 
-__all__ = ["EVAL_BATCH", "IDLE_WAIT", "WAIT_MARGIN", "HeldoutService", "RunSync", "run_inline"]
+__all__ = ["EVAL_BATCH", "IDLE_WAIT", "WAIT_MARGIN", "HeldoutService"]
 
 log = logging.getLogger(__name__)
-
-RunSync = Callable[..., Awaitable[Any]]
-"""``await run_sync(fn, *args)``: ``trio.to_thread.run_sync`` or an inline equivalent."""
 
 EVAL_BATCH: Final = 16
 """Holdout samples per forward pass."""
@@ -60,11 +57,6 @@ WAIT_MARGIN: Final = 5.0
 """Seconds past the next beacon round's wall-clock time the service waits for it."""
 IDLE_WAIT: Final = 30.0
 """The longest wait between two passes."""
-
-
-async def run_inline(fn: Callable[..., Any], *args: Any) -> Any:
-    """A ``run_sync`` on the Trio thread, for virtual time (blocks the loop while it runs)."""
-    return fn(*args)
 
 
 @attrs.frozen

@@ -16,7 +16,6 @@ from typing import Final
 
 import attrs
 import httpx
-import trio
 
 from hypertrain.beacon import (
     QUICKNET,
@@ -29,9 +28,9 @@ from hypertrain.beacon import (
 )
 from hypertrain.coordinator.aggregator_service import AggregatorService
 from hypertrain.coordinator.context import Coordinator, CoordinatorSink
-from hypertrain.coordinator.heldout_service import HeldoutService, run_inline
+from hypertrain.coordinator.heldout_service import HeldoutService
 from hypertrain.daemon.settings import DaemonSettings
-from nurseries import RestartPolicy, SystemClock, WallClock
+from nurseries import RestartPolicy, SystemClock, WallClock, offload_for
 
 __all__ = [
     "BEACON_POLICY",
@@ -120,7 +119,7 @@ def aggregator_service(parts: DaemonParts) -> ServiceFn | None:
     ``aggregator`` setting ``internal`` (``external``: ``hypertrain aggregate`` merges)."""
     if parts.settings.coordinator.coord_key_file is None or parts.settings.aggregator != "internal":
         return None
-    return AggregatorService(parts.ctx).run
+    return AggregatorService(parts.ctx, run_sync=offload_for(parts.wall)).run
 
 
 def heldout_service(parts: DaemonParts) -> ServiceFn | None:
@@ -129,12 +128,11 @@ def heldout_service(parts: DaemonParts) -> ServiceFn | None:
     settings = parts.settings.coordinator
     if settings.holdout_dir is None:
         return None
-    threaded = isinstance(parts.wall, SystemClock)
     return HeldoutService(
         parts.ctx,
         settings.holdout_dir,
         settings.heldout_samples,
-        run_sync=trio.to_thread.run_sync if threaded else run_inline,
+        run_sync=offload_for(parts.wall),
     ).run
 
 
