@@ -25,10 +25,11 @@ from typing import Final
 import attrs
 import trio
 
-__all__ = ["CHUNK", "InputCache", "InputMismatch", "InputSpec", "check_name"]
+from hypertrain.scoring.inputs import check_input_name
+
+__all__ = ["CHUNK", "InputCache", "InputMismatch", "InputSpec"]
 
 CHUNK: Final = 1 << 20
-_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 MAX_INPUT_BYTES: Final = 1 << 32
 
@@ -37,18 +38,11 @@ class InputMismatch(Exception):
     """An input's bytes are not what the job declared (size or sha256); never used."""
 
 
-def check_name(name: str) -> str:
-    """``name`` if it is a plain file name (letters, digits, ``._-``, no ``..``); ValueError."""
-    if not _NAME.fullmatch(name) or ".." in name:
-        raise ValueError(f"input name {name!r:.80} is not a plain file name")
-    return name
-
-
 @attrs.frozen
 class InputSpec:
     """One declared input of a job."""
 
-    name: str = attrs.field(validator=lambda _i, _a, v: check_name(v))
+    name: str = attrs.field(validator=lambda _i, _a, v: check_input_name(v))
     sha256: str
     size: int
 
@@ -125,16 +119,16 @@ class InputCache:
 
     def link_job(self, job_id: str, specs: Sequence[InputSpec]) -> dict[str, Path]:
         """A fresh ``jobs/<job_id>`` directory of hard links named by the input names."""
-        directory = self.root / "jobs" / check_name(job_id)
+        directory = self.root / "jobs" / check_input_name(job_id)
         shutil.rmtree(directory, ignore_errors=True)
         directory.mkdir(mode=0o700, parents=True)
         paths = {}
         for spec in specs:
-            target = directory / check_name(spec.name)
+            target = directory / check_input_name(spec.name)
             os.link(self.path_of(spec.sha256), target)
             paths[spec.name] = target
         return paths
 
     def drop_job(self, job_id: str) -> None:
         """Remove a job's directory of links (the cached files stay)."""
-        shutil.rmtree(self.root / "jobs" / check_name(job_id), ignore_errors=True)
+        shutil.rmtree(self.root / "jobs" / check_input_name(job_id), ignore_errors=True)

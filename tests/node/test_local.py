@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hypertrain.node.cache import InputCache, InputMismatch, InputSpec, check_name
+from hypertrain.node.cache import InputCache, InputMismatch, InputSpec
 from hypertrain.node.nodefile import (
     NodeFileError,
     NodeRecord,
@@ -26,6 +26,7 @@ from hypertrain.node.probe import (
     normalize_hardware,
     probe_tools,
 )
+from hypertrain.scoring.inputs import BadInput, check_input_name
 
 KEY = "ht_" + "aB3" * 10 + "xy"
 
@@ -159,7 +160,7 @@ async def test_job_links_are_named_by_checked_names(tmp_path: Path) -> None:
     cache.drop_job("job-1")
     assert not (tmp_path / "jobs" / "job-1").exists()
     for hostile in ("../x", "/etc/passwd", "", "a/b", ".hidden", "x" * 65, "a..b"):
-        with pytest.raises(ValueError, match="not a plain file name"):
-            check_name(hostile)
+        with pytest.raises(BadInput, match="is not"):
+            check_input_name(hostile)
     with pytest.raises(ValueError, match="sha256"):
         InputSpec("a", "ABC", 1)
