@@ -14,6 +14,7 @@ route answers with and a ``detail`` that names the problem::
         ├── SignatureError       401    the signature does not verify
         ├── AuthError            401    a missing or wrong bearer token
         ├── UnauthorizedSigner   403    a valid signature by a signer this type does not allow
+        ├── Forbidden            403    known caller, not allowed (not your copy, node disabled)
         ├── NotFound             404    unknown run, round, job or object
         ├── Conflict             409    wrong state, window closed, lease not current
         │   └── ReplayError      409    this (run, w, type, signer, subject) was already accepted
@@ -34,6 +35,7 @@ __all__ = [
     "Conflict",
     "ContractMismatch",
     "Expired",
+    "Forbidden",
     "HypertrainError",
     "KeyfileError",
     "Malformed",
@@ -100,6 +102,10 @@ class AuthError(ProtocolError):
 
 
 class UnauthorizedSigner(ProtocolError):
+    status = 403
+
+
+class Forbidden(ProtocolError):
     status = 403
 
 

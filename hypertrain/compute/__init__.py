@@ -1,0 +1,128 @@
+"""The coordinator's compute-job book: node keys, answers, agreement rules, and the SQLite
+state machine of jobs, copies, leases, strikes and credit (issue 8 item 1; no HTTP here).
+
+Pure modules (no clock, no I/O): :mod:`.keys` (node keys, lease tokens, handles),
+:mod:`.answers` (a posted result parsed into an :class:`Answer`), :mod:`.rules` (agreement,
+decisions, judging, the UTC day), :mod:`.model` (settings, events, records).
+
+Store functions (each the body of ONE ``db.write``/``db.read`` transaction; each takes the wall
+time ``now_ms`` from its caller and returns the events to publish as ``(kind, payload)``):
+:func:`register_node`, :func:`authenticate` (:mod:`.nodes`); :func:`enqueue_step`,
+:func:`job_scores`, :func:`pending_fallbacks` (:mod:`.jobs`); :func:`lease` (:mod:`.leases`);
+:func:`submit_result` (:mod:`.results`); :func:`expire_due`, :func:`fallback_due`,
+:func:`next_deadline_ms` (:mod:`.timers`); :func:`settle_trusted` (:mod:`.fallback`);
+:func:`status` (:mod:`.status`). Tables: ``0008_compute.sql``.
+
+Life of a step: ``enqueue_step`` -> two queued copies -> ``lease`` (two different nodes) ->
+``submit_result`` x2 -> agreement (settled, both paid) | split (third copy, majority, minority
+struck) | fallback (``fallback_due``/rules -> the trusted evaluator -> ``settle_trusted``).
+"""
+
+from hypertrain.compute.answers import (
+    ERROR_TEXT_LIMIT,
+    Answer,
+    PostedResult,
+    parse_answer,
+    parse_body,
+)
+from hypertrain.compute.fallback import settle_trusted
+from hypertrain.compute.jobs import canonical_subject, enqueue_step, job_scores, pending_fallbacks
+from hypertrain.compute.keys import (
+    check_handle,
+    is_node_key,
+    mint_key,
+    mint_lease_token,
+    new_handle,
+    secret_hash,
+    secret_matches,
+)
+from hypertrain.compute.leases import eligible_challenges, lease
+from hypertrain.compute.model import (
+    DEFAULT_SETTINGS,
+    EVENT_KINDS,
+    ComputeSettings,
+    Event,
+    EventKind,
+    Job,
+    LeaseGrant,
+    Node,
+    iso_ms,
+    trace_event,
+)
+from hypertrain.compute.nodes import (
+    DEFAULT_HARDWARE,
+    authenticate,
+    get_node,
+    normalise_capabilities,
+    normalise_hardware,
+    register_node,
+)
+from hypertrain.compute.results import GONE, submit_result
+from hypertrain.compute.rules import (
+    DAY_MS,
+    Decision,
+    Verdict,
+    agree,
+    decide,
+    is_inconclusive,
+    judge,
+    next_day_start_ms,
+    utc_day,
+    within_tolerance,
+)
+from hypertrain.compute.status import status
+from hypertrain.compute.timers import expire_due, fallback_due, next_deadline_ms
+
+__all__ = [
+    "DAY_MS",
+    "DEFAULT_HARDWARE",
+    "DEFAULT_SETTINGS",
+    "ERROR_TEXT_LIMIT",
+    "EVENT_KINDS",
+    "GONE",
+    "Answer",
+    "ComputeSettings",
+    "Decision",
+    "Event",
+    "EventKind",
+    "Job",
+    "LeaseGrant",
+    "Node",
+    "PostedResult",
+    "Verdict",
+    "agree",
+    "authenticate",
+    "canonical_subject",
+    "check_handle",
+    "decide",
+    "eligible_challenges",
+    "enqueue_step",
+    "expire_due",
+    "fallback_due",
+    "get_node",
+    "is_inconclusive",
+    "is_node_key",
+    "iso_ms",
+    "job_scores",
+    "judge",
+    "lease",
+    "mint_key",
+    "mint_lease_token",
+    "new_handle",
+    "next_day_start_ms",
+    "next_deadline_ms",
+    "normalise_capabilities",
+    "normalise_hardware",
+    "parse_answer",
+    "parse_body",
+    "pending_fallbacks",
+    "register_node",
+    "secret_hash",
+    "secret_matches",
+    "settle_trusted",
+    "status",
+    "submit_result",
+    "trace_event",
+    "utc_day",
+    "within_tolerance",
+]

@@ -1,0 +1,137 @@
+"""Scoring steps entering and leaving the compute book: enqueue and the settled scores.
+
+Promises:
+
+- :func:`enqueue_step` makes one job per ``(subject, step, challenge)`` with two queued copies
+  and wait deadline ``now + wait_ms`` (timing challenges: ``now + wait_ms *
+  timing_wait_factor``, the time after which the step ends unscored). It is idempotent: a second
+  enqueue of the same step returns the existing job and publishes nothing. The subject is any
+  JSON object (e.g. ``{"run_id", "w", "hotkey"}``), stored canonically (sorted keys). Inputs
+  must name exactly the challenge's input files, in order, each ``{name, sha256, size}``.
+  Unknown challenge: ``NotFound``; a bad subject, step or input list: ``Malformed``. There is
+  no event kind for a queued step, so it publishes nothing (the status view counts it).
+- :func:`job_scores` lists the jobs of a subject with their state and settled result, for the
+  round view and the aggregator. :func:`pending_fallbacks` lists the jobs waiting for the
+  trusted evaluator (the fallback service's work list, also after a restart).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import sqlite3
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event, Job
+from hypertrain.compute.rows import JOB_COLUMNS, job_from_row
+from hypertrain.protocol.errors import Malformed, NotFound
+from hypertrain.scoring.registry import Challenge, UnknownChallenge, get_challenge
+
+__all__ = ["canonical_subject", "enqueue_step", "job_scores", "pending_fallbacks"]
+
+_SHA256: Final = re.compile(r"[0-9a-f]{64}")
+_FIRST_COPIES: Final = 2
+
+
+def canonical_subject(subject: object) -> str:
+    """The stored form of a subject: JSON with sorted keys and no spaces."""
+    if not isinstance(subject, Mapping) or not subject:
+        raise Malformed("subject: a non-empty JSON object")
+    try:
+        return json.dumps(dict(subject), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        raise Malformed("subject: only JSON values") from None
+
+
+def _inputs(challenge: Challenge, inputs: object) -> list[dict[str, Any]]:
+    if not isinstance(inputs, Sequence) or isinstance(inputs, str):
+        raise Malformed("inputs: a list of {name, sha256, size}")
+    names = []
+    checked = []
+    for item in inputs:
+        if not isinstance(item, Mapping) or set(item) != {"name", "sha256", "size"}:
+            raise Malformed("inputs: each is exactly {name, sha256, size}")
+        name, sha, size = item["name"], item["sha256"], item["size"]
+        if not isinstance(sha, str) or _SHA256.fullmatch(sha) is None:
+            raise Malformed(f"inputs: {name!r} needs a lower-case sha256 hex")
+        if type(size) is not int or size < 0:
+            raise Malformed(f"inputs: {name!r} needs a non-negative integer size")
+        names.append(name)
+        checked.append({"name": name, "sha256": sha, "size": size})
+    if tuple(names) != challenge.inputs:
+        raise Malformed(f"inputs: {challenge.id} reads exactly {list(challenge.inputs)}")
+    return checked
+
+
+def enqueue_step(
+    conn: sqlite3.Connection,
+    *,
+    challenge_id: str,
+    subject: Mapping[str, Any],
+    step: str,
+    inputs: Sequence[Mapping[str, Any]],
+    now_ms: int,
+    wait_ms: int,
+    settings: ComputeSettings = DEFAULT_SETTINGS,
+) -> tuple[str, list[Event]]:
+    """Enqueue one scoring step (module doc): ``(job id, events)``."""
+    try:
+        challenge = get_challenge(challenge_id)
+    except UnknownChallenge:
+        raise NotFound(f"no challenge {challenge_id}") from None
+    if step not in ("public", "hidden"):
+        raise Malformed("step: 'public' or 'hidden'")
+    if wait_ms < 0:
+        raise Malformed("wait_ms: must be >= 0")
+    subject_text = canonical_subject(subject)
+    files = _inputs(challenge, inputs)
+    row = conn.execute(
+        "SELECT job_id FROM compute_jobs WHERE subject = ? AND step = ? AND challenge = ?",
+        (subject_text, step, challenge_id),
+    ).fetchone()
+    if row is not None:
+        return str(row[0]), []
+    factor = settings.timing_wait_factor if challenge.kind == "timing" else 1
+    job_id = "j" + secrets.token_hex(8)
+    conn.execute(
+        "INSERT INTO compute_jobs (job_id, challenge, version, subject, step, inputs,"
+        " created_ms, wait_ms, wait_deadline_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            job_id,
+            challenge_id,
+            challenge.version,
+            subject_text,
+            step,
+            json.dumps(files),
+            now_ms,
+            wait_ms,
+            now_ms + wait_ms * factor,
+        ),
+    )
+    for seq in range(1, _FIRST_COPIES + 1):
+        conn.execute(
+            "INSERT INTO compute_copies (copy_id, job_id, seq, state, queued_ms)"
+            " VALUES (?, ?, ?, 'queued', ?)",
+            (f"{job_id}.{seq}", job_id, seq, now_ms),
+        )
+    return job_id, []
+
+
+def job_scores(conn: sqlite3.Connection, subject: Mapping[str, Any]) -> list[Job]:
+    """Every job of ``subject`` (any state), by step then challenge."""
+    rows = conn.execute(
+        f"SELECT {JOB_COLUMNS} FROM compute_jobs WHERE subject = ? ORDER BY step, challenge",
+        (canonical_subject(subject),),
+    ).fetchall()
+    return [job_from_row(r) for r in rows]
+
+
+def pending_fallbacks(conn: sqlite3.Connection) -> list[Job]:
+    """Jobs in state ``fallback`` (awaiting the trusted evaluator), oldest first."""
+    rows = conn.execute(
+        f"SELECT {JOB_COLUMNS} FROM compute_jobs WHERE state = 'fallback'"
+        " ORDER BY created_ms, job_id"
+    ).fetchall()
+    return [job_from_row(r) for r in rows]

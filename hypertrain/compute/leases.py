@@ -1,0 +1,122 @@
+"""Leasing a copy to a node (``POST /v1/compute/jobs/lease`` without the long poll).
+
+Promises of :func:`lease`:
+
+- The node's stored capabilities and hardware are replaced by the ones sent (normalised like
+  :func:`nodes.register_node`) and it is marked seen, even when nothing is granted.
+- A disabled node (``disabled_until_ms > now``) gets ``Forbidden`` (403) naming the re-enable
+  time in ms and ISO 8601 UTC, and nothing changes.
+- The copy granted is the oldest queued copy (queued time, then job age and insertion order,
+  then seq) such that:
+  its job is ``queued``; ``now < wait_deadline_ms`` (from the deadline on the step belongs to
+  the fallback: a lease at exactly the deadline or later does not get it); the job's challenge
+  is in the registry at the job's version; the challenge's capability (its base id) is in the
+  node's list; for a timing challenge the node's hardware equals the challenge's class; and the
+  node never held ANY copy of that job (expired, released and answered ones included; the
+  store's unique index on (job, node) enforces it too).
+- The grant carries a fresh lease token, returned only here and stored hashed, and
+  ``deadline_ms = now + kill_after_ms + lease_grace_ms``; a result counts up to and including
+  that millisecond. Nothing eligible: ``None`` and no event. The ``lease`` event names the job,
+  never the node.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from hypertrain.compute.keys import mint_lease_token, secret_hash
+from hypertrain.compute.model import (
+    DEFAULT_SETTINGS,
+    ComputeSettings,
+    Event,
+    LeaseGrant,
+    Node,
+    iso_ms,
+)
+from hypertrain.compute.nodes import (
+    get_node,
+    normalise_capabilities,
+    normalise_hardware,
+    set_profile,
+)
+from hypertrain.compute.rows import get_job
+from hypertrain.protocol.errors import Forbidden
+from hypertrain.scoring.registry import REGISTRY, Challenge, get_challenge
+
+__all__ = ["eligible_challenges", "lease"]
+
+
+def eligible_challenges(capabilities: tuple[str, ...], hardware: str) -> list[Challenge]:
+    """The registry challenges a node of this profile may score."""
+    return [
+        c
+        for c in REGISTRY.values()
+        if c.capability in capabilities and (c.kind != "timing" or c.hardware_class == hardware)
+    ]
+
+
+def lease(
+    conn: sqlite3.Connection,
+    node: Node,
+    *,
+    capabilities: object,
+    hardware: object,
+    now_ms: int,
+    settings: ComputeSettings = DEFAULT_SETTINGS,
+) -> tuple[LeaseGrant | None, list[Event]]:
+    """Lease one copy to ``node`` (module doc)."""
+    caps = normalise_capabilities(capabilities)
+    hw = normalise_hardware(hardware)
+    current = get_node(conn, node.node_id)
+    if current.disabled(now_ms):
+        until = current.disabled_until_ms
+        raise Forbidden(
+            f"node disabled after {settings.strikes_per_day} strikes today; re-enabled at"
+            f" {iso_ms(until)} ({until} ms)"
+        )
+    set_profile(conn, node.node_id, caps, hw, now_ms)
+    eligible = eligible_challenges(caps, hw)
+    if not eligible:
+        return None, []
+    which = " OR ".join("(j.challenge = ? AND j.version = ?)" for _ in eligible)
+    params: list[object] = [now_ms]
+    for c in eligible:
+        params += [c.id, c.version]
+    params.append(node.node_id)
+    row = conn.execute(
+        "SELECT c.copy_id, c.job_id FROM compute_copies c JOIN compute_jobs j USING (job_id)"
+        " WHERE c.state = 'queued' AND j.state = 'queued' AND j.wait_deadline_ms > ?"
+        f" AND ({which})"
+        " AND NOT EXISTS (SELECT 1 FROM compute_copies o"
+        "                 WHERE o.job_id = c.job_id AND o.node_id = ?)"
+        " ORDER BY c.queued_ms, j.created_ms, j.rowid, c.seq LIMIT 1",
+        params,
+    ).fetchone()
+    if row is None:
+        return None, []
+    copy_id, job_id = str(row[0]), str(row[1])
+    job = get_job(conn, job_id)
+    challenge = get_challenge(job.challenge)
+    token = mint_lease_token()
+    deadline = now_ms + challenge.kill_after_ms + settings.lease_grace_ms
+    conn.execute(
+        "UPDATE compute_copies SET state = 'leased', node_id = ?, token_hash = ?, leased_ms = ?,"
+        " deadline_ms = ? WHERE copy_id = ?",
+        (node.node_id, secret_hash(token), now_ms, deadline, copy_id),
+    )
+    grant = LeaseGrant(
+        copy_id=copy_id,
+        job_id=job_id,
+        challenge=challenge.id,
+        base=challenge.capability,
+        trace=job.step,
+        inputs=job.inputs,
+        step_budget_ms=challenge.step_budget_ms,
+        kill_after_ms=challenge.kill_after_ms,
+        memory_bytes=challenge.memory_bytes,
+        version=job.version,
+        objective=challenge.objective,
+        token=token,
+        deadline_ms=deadline,
+    )
+    return grant, [("lease", {"job": job_id, "challenge": challenge.id, "trace": job.step})]

@@ -1,0 +1,107 @@
+"""Verdicts, credit and strikes of the compute book (``compute_credits``, ``compute_strikes``).
+
+Promises:
+
+- :func:`pay` credits a copy's node exactly once, keyed by copy id: one ``compute_credits`` row,
+  and ``credits``, ``compute_credits`` and ``jobs_done`` of the node move together in the same
+  transaction; a replay pays nothing more and publishes nothing.
+- :func:`strike` records one strike per copy on the UTC day of ``now_ms``; when the node then
+  has ``strikes_per_day`` strikes on that day it is disabled until the next UTC midnight.
+- :func:`set_verdict` applies a :data:`Verdict` (``none`` pays and strikes nobody).
+Events name the node: they are published only once the copy's job is settled.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from hypertrain.compute.model import ComputeSettings, Event, iso_ms
+from hypertrain.compute.rows import Copy
+from hypertrain.compute.rules import Verdict, next_day_start_ms, utc_day
+
+__all__ = ["pay", "set_verdict", "strike"]
+
+
+def _mark(conn: sqlite3.Connection, copy_id: str, verdict: Verdict) -> None:
+    conn.execute("UPDATE compute_copies SET verdict = ? WHERE copy_id = ?", (verdict, copy_id))
+
+
+def pay(
+    conn: sqlite3.Connection, copy: Copy, now_ms: int, settings: ComputeSettings
+) -> list[Event]:
+    """Pay ``copy``'s node ``settings.credit`` (once per copy)."""
+    assert copy.node_id is not None
+    _mark(conn, copy.copy_id, "paid")
+    inserted = conn.execute(
+        "INSERT OR IGNORE INTO compute_credits (copy_id, node_id, job_id, amount, paid_ms)"
+        " VALUES (?, ?, ?, ?, ?)",
+        (copy.copy_id, copy.node_id, copy.job_id, settings.credit, now_ms),
+    ).rowcount
+    if not inserted:
+        return []
+    conn.execute(
+        "UPDATE compute_nodes SET credits = credits + ?, compute_credits = compute_credits + ?,"
+        " jobs_done = jobs_done + 1 WHERE node_id = ?",
+        (settings.credit, settings.credit, copy.node_id),
+    )
+    payload = {
+        "job": copy.job_id,
+        "copy": copy.copy_id,
+        "node": copy.node_id,
+        "credit": settings.credit,
+    }
+    return [("accepted", payload)]
+
+
+def strike(
+    conn: sqlite3.Connection, copy: Copy, now_ms: int, settings: ComputeSettings
+) -> list[Event]:
+    """Strike ``copy``'s node (once per copy); disable it at the day's last allowed strike."""
+    assert copy.node_id is not None
+    _mark(conn, copy.copy_id, "struck")
+    day = utc_day(now_ms)
+    inserted = conn.execute(
+        "INSERT OR IGNORE INTO compute_strikes (copy_id, node_id, day, struck_ms)"
+        " VALUES (?, ?, ?, ?)",
+        (copy.copy_id, copy.node_id, day, now_ms),
+    ).rowcount
+    if not inserted:
+        return []
+    (today,) = conn.execute(
+        "SELECT count(*) FROM compute_strikes WHERE node_id = ? AND day = ?",
+        (copy.node_id, day),
+    ).fetchone()
+    disabled_until: int | None = None
+    if today >= settings.strikes_per_day:
+        disabled_until = next_day_start_ms(now_ms)
+        conn.execute(
+            "UPDATE compute_nodes SET disabled_until_ms = max(disabled_until_ms, ?)"
+            " WHERE node_id = ?",
+            (disabled_until, copy.node_id),
+        )
+    payload = {
+        "job": copy.job_id,
+        "copy": copy.copy_id,
+        "node": copy.node_id,
+        "day": day,
+        "strikes_today": today,
+        "disabled_until": None if disabled_until is None else iso_ms(disabled_until),
+        "disabled_until_ms": disabled_until,
+    }
+    return [("strike", payload)]
+
+
+def set_verdict(
+    conn: sqlite3.Connection,
+    copy: Copy,
+    verdict: Verdict,
+    now_ms: int,
+    settings: ComputeSettings,
+) -> list[Event]:
+    """Apply ``verdict`` to ``copy``: pay, strike, or record ``none``."""
+    if verdict == "paid":
+        return pay(conn, copy, now_ms, settings)
+    if verdict == "struck":
+        return strike(conn, copy, now_ms, settings)
+    _mark(conn, copy.copy_id, "none")
+    return []

@@ -1,0 +1,209 @@
+"""The records and settings of the compute-job book: nodes, lease grants, jobs, events.
+
+- :class:`ComputeSettings`: the named policy numbers (credit per accepted copy, the fallback
+  window, the lease grace after the kill time, expiries before the fallback, strikes per day,
+  the online window of the status view, the timing window factor).
+- :data:`Event`: what a book function asks its caller to publish, ``(kind, payload)`` with
+  ``kind`` in :data:`EVENT_KINDS`. Payloads hold ids and status only: never a key, a lease
+  token, an unsettled answer, or which node holds which copy of an unsettled job.
+- :class:`Node`, :class:`LeaseGrant`, :class:`Job`: frozen rows with their JSON views.
+
+Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Final, Literal
+
+import attrs
+
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "EVENT_KINDS",
+    "ComputeSettings",
+    "Event",
+    "EventKind",
+    "Job",
+    "LeaseGrant",
+    "Node",
+    "iso_ms",
+    "trace_event",
+]
+
+EventKind = Literal[
+    "register",
+    "lease",
+    "result",
+    "accepted",
+    "strike",
+    "split",
+    "settled",
+    "expired",
+    "fallback",
+    "trace",
+]
+EVENT_KINDS: Final[tuple[EventKind, ...]] = (
+    "register",
+    "lease",
+    "result",
+    "accepted",
+    "strike",
+    "split",
+    "settled",
+    "expired",
+    "fallback",
+    "trace",
+)
+Event = tuple[EventKind, dict[str, Any]]
+
+
+@attrs.frozen(kw_only=True)
+class ComputeSettings:
+    """Policy numbers of the book (defaults of the node document and DESIGN.md section 6)."""
+
+    credit: int = 1
+    """Credits per accepted copy (``HYPERTRAIN_COMPUTE_CREDIT``)."""
+    wait_ms: int = 20_000
+    """The fallback window of a step (``HYPERTRAIN_COMPUTE_WAIT_MS``); shown by the status."""
+    lease_grace_ms: int = 30_000
+    """A lease's deadline is the challenge's kill time plus this."""
+    max_expiries: int = 3
+    """Expired leases of one job that send it to the fallback."""
+    strikes_per_day: int = 3
+    """Strikes in one UTC day that disable a node until the next UTC midnight."""
+    online_ms: int = 120_000
+    """A node seen this recently is online in the status view."""
+    timing_wait_factor: int = 10
+    """A timing step (never scored by the fallback) waits this many windows before unscored."""
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("credit", "wait_ms", "lease_grace_ms", "online_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+        for name in ("max_expiries", "strikes_per_day", "timing_wait_factor"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+
+
+DEFAULT_SETTINGS: Final = ComputeSettings()
+
+
+def iso_ms(ms: int) -> str:
+    """An instant as ISO 8601 UTC with milliseconds (``2024-01-02T00:00:00.000Z``)."""
+    moment = dt.datetime.fromtimestamp(ms // 1000, dt.UTC).replace(microsecond=ms % 1000 * 1000)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def trace_event(node_id: str, challenge_id: str, trace: str) -> Event:
+    """The ``trace`` event of a hidden-trace download (logged with the node id, by design)."""
+    return ("trace", {"node": node_id, "challenge": challenge_id, "trace": trace})
+
+
+@attrs.frozen(kw_only=True)
+class Node:
+    """One ``compute_nodes`` row (the key hash stays in the store)."""
+
+    node_id: str
+    handle: str
+    capabilities: tuple[str, ...]
+    hardware: str
+    created_ms: int
+    last_seen_ms: int
+    jobs_done: int
+    credits: int
+    compute_credits: int
+    disabled_until_ms: int
+
+    def disabled(self, now_ms: int) -> bool:
+        return self.disabled_until_ms > now_ms
+
+    def status_json(self) -> dict[str, Any]:
+        """The node's entry in the public status view."""
+        return {
+            "id": self.node_id,
+            "handle": self.handle,
+            "capabilities": list(self.capabilities),
+            "hardware": self.hardware,
+            "jobs_done": self.jobs_done,
+            "credits": self.credits,
+            "compute_credits": self.compute_credits,
+            "last_seen": self.last_seen_ms,
+        }
+
+    def register_json(self) -> dict[str, Any]:
+        """What the register route answers besides a minted key."""
+        return {**self.status_json(), "node_id": self.node_id}
+
+
+@attrs.frozen(kw_only=True)
+class Job:
+    """One ``compute_jobs`` row, decoded."""
+
+    job_id: str
+    challenge: str
+    version: int
+    subject: dict[str, Any]
+    step: Literal["public", "hidden"]
+    inputs: tuple[dict[str, Any], ...]
+    created_ms: int
+    wait_ms: int
+    wait_deadline_ms: int
+    state: Literal["queued", "settled", "fallback", "unscored"]
+    settled_how: Literal["agreement", "third-copy", "fallback"] | None
+    reason: str | None
+    result: dict[str, Any] | None
+    settled_ms: int | None
+    expiries: int
+
+    def score_json(self) -> dict[str, Any]:
+        """The job's settled view for the round view and the aggregator."""
+        return {
+            "job": self.job_id,
+            "challenge": self.challenge,
+            "version": self.version,
+            "subject": self.subject,
+            "step": self.step,
+            "state": self.state,
+            "how": self.settled_how,
+            "result": self.result,
+            "settled_ms": self.settled_ms,
+        }
+
+
+@attrs.frozen(kw_only=True)
+class LeaseGrant:
+    """Everything a node needs to run one copy; ``token`` is shown only here, once."""
+
+    copy_id: str
+    job_id: str
+    challenge: str
+    base: str
+    trace: Literal["public", "hidden"]
+    inputs: tuple[dict[str, Any], ...]
+    step_budget_ms: int
+    kill_after_ms: int
+    memory_bytes: int
+    version: int
+    objective: str
+    token: str = attrs.field(repr=False)
+    deadline_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The lease answer's ``job`` object."""
+        return {
+            "id": self.copy_id,
+            "job": self.job_id,
+            "challenge": self.challenge,
+            "base": self.base,
+            "step": f"{self.job_id}/{self.trace}",
+            "trace": self.trace,
+            "inputs": [dict(i) for i in self.inputs],
+            "step_budget_ms": self.step_budget_ms,
+            "kill_after_ms": self.kill_after_ms,
+            "memory_bytes": self.memory_bytes,
+            "version": self.version,
+            "objective": self.objective,
+            "lease": self.token,
+            "deadline_ms": self.deadline_ms,
+        }

@@ -1,0 +1,77 @@
+"""The book's deadlines: lease expiry, the fallback window, and the reaper's next wake-up.
+
+Promises (times are the caller's wall clock in ms; nothing here reads a clock):
+
+- :func:`expire_due`: every leased copy with ``deadline_ms < now`` is expired, without a
+  strike, as :func:`transitions.expire_copy` says (a replacement with a fresh window, or the
+  fallback at the job's ``max_expiries``-th expiry). A result at ``now == deadline_ms`` still
+  counts, so the copy is due at ``deadline_ms + 1``.
+- :func:`fallback_due`: every ``queued`` job with ``wait_deadline_ms <= now`` that still has a
+  queued copy leaves the node network (:func:`transitions.send_to_fallback`: deterministic jobs
+  go to ``fallback``, timing jobs end ``unscored``). A job whose copies are all leased or
+  answered at its deadline keeps going (its leases are bounded by their own deadlines). Returns
+  every job now awaiting the trusted evaluator, including those the rules sent there earlier.
+- :func:`next_deadline_ms`: the earliest instant at which :func:`expire_due` or
+  :func:`fallback_due` has work (a lease's ``deadline_ms + 1``, a waiting job's
+  ``wait_deadline_ms``), or None. Read from the store, so a restarted reaper rebuilds its timer
+  from the stored deadlines instead of resetting them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from hypertrain.compute.jobs import pending_fallbacks
+from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event, Job
+from hypertrain.compute.rows import JOB_COLUMNS, get_copy, job_from_row
+from hypertrain.compute.transitions import expire_copy, send_to_fallback
+from hypertrain.scoring.registry import get_challenge
+
+__all__ = ["expire_due", "fallback_due", "next_deadline_ms"]
+
+_WAITING = (
+    "state = 'queued' AND EXISTS (SELECT 1 FROM compute_copies c"
+    " WHERE c.job_id = compute_jobs.job_id AND c.state = 'queued')"
+)
+
+
+def expire_due(
+    conn: sqlite3.Connection, now_ms: int, *, settings: ComputeSettings = DEFAULT_SETTINGS
+) -> list[Event]:
+    """Expire overdue leases (module doc)."""
+    rows = conn.execute(
+        "SELECT c.copy_id, j.challenge FROM compute_copies c JOIN compute_jobs j USING (job_id)"
+        " WHERE c.state = 'leased' AND c.deadline_ms < ? ORDER BY c.deadline_ms, c.copy_id",
+        (now_ms,),
+    ).fetchall()
+    events: list[Event] = []
+    for copy_id, challenge_id in rows:
+        copy = get_copy(conn, copy_id)
+        events += expire_copy(conn, copy, get_challenge(challenge_id), now_ms, settings)
+    return events
+
+
+def fallback_due(conn: sqlite3.Connection, now_ms: int) -> tuple[list[Job], list[Event]]:
+    """Send steps whose window ended to the fallback (module doc)."""
+    rows = conn.execute(
+        f"SELECT {JOB_COLUMNS} FROM compute_jobs WHERE {_WAITING} AND wait_deadline_ms <= ?"
+        " ORDER BY wait_deadline_ms, job_id",
+        (now_ms,),
+    ).fetchall()
+    events: list[Event] = []
+    for row in rows:
+        job = job_from_row(row)
+        events += send_to_fallback(conn, job, get_challenge(job.challenge), "wait", now_ms)
+    return pending_fallbacks(conn), events
+
+
+def next_deadline_ms(conn: sqlite3.Connection) -> int | None:
+    """When the reaper should next call :func:`expire_due` / :func:`fallback_due`."""
+    (lease_due,) = conn.execute(
+        "SELECT min(deadline_ms) + 1 FROM compute_copies WHERE state = 'leased'"
+    ).fetchone()
+    (wait_due,) = conn.execute(
+        f"SELECT min(wait_deadline_ms) FROM compute_jobs WHERE {_WAITING}"
+    ).fetchone()
+    due = [int(t) for t in (lease_due, wait_due) if t is not None]
+    return min(due) if due else None

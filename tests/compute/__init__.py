@@ -1,0 +1,1 @@
+"""Tests of hypertrain.compute: keys, answers, rules and the SQLite compute book."""
