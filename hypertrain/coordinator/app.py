@@ -16,6 +16,7 @@ from quart_trio import QuartTrio
 from hypertrain.coordinator import (
     routes_aggregator,
     routes_beacon,
+    routes_compute,
     routes_datasets,
     routes_events,
     routes_miner,
@@ -40,6 +41,7 @@ ROUTE_MODULES: Final[tuple[Register, ...]] = (
     routes_objects.register,
     routes_datasets.register,
     routes_aggregator.register,
+    routes_compute.register,
 )
 """The ``register`` functions ``create_app`` calls, in order."""
 

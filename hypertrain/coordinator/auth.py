@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 from quart import request
 
-from hypertrain.protocol.errors import AuthError, NotConfigured, ProtocolError
+from hypertrain.protocol.errors import AuthError, Forbidden, NotConfigured
 
 if TYPE_CHECKING:
     from hypertrain.coordinator.context import Coordinator
@@ -49,12 +49,6 @@ MAX_TOKEN_FILE_BYTES: Final = 4096
 """A token file longer than this is refused (503) unread."""
 SLUG_HEADER: Final = "X-Platform-Challenge-Slug"
 """The header the Cortex master sends with internal calls; must equal our slug."""
-
-
-class Forbidden(ProtocolError):
-    """403: authenticated, but not allowed here (internal call for another challenge)."""
-
-    status = 403
 
 
 class TokenKind(enum.Enum):

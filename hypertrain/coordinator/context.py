@@ -42,6 +42,7 @@ from hypertrain.beacon import (
     latest_round,
 )
 from hypertrain.coordinator.auth import TokenFiles
+from hypertrain.coordinator.computehub import ComputeHub
 from hypertrain.coordinator.events import EventHub
 from hypertrain.coordinator.metagraph import Metagraph, RosterOnly
 from hypertrain.coordinator.settings import CoordinatorSettings
@@ -85,6 +86,8 @@ class Coordinator:
     beacon_observers: list[BeaconObserver] = attrs.field(factory=list)
     metagraph: Metagraph = attrs.field(factory=RosterOnly)
     """Who may act as a miner beyond the roster (``CHALLENGE_MASTER_URL``'s metagraph)."""
+    compute: ComputeHub = attrs.field()
+    """The compute network's settings and wake-ups (:mod:`.computehub`)."""
     _key_cache: tuple[_FileKey, Keypair] | None = attrs.field(default=None, init=False)
     _ingest_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
@@ -117,6 +120,10 @@ class Coordinator:
             wall=wall,
             metagraph=RosterOnly() if metagraph is None else metagraph,
         )
+
+    @compute.default
+    def _compute_hub(self) -> ComputeHub:
+        return ComputeHub.from_settings(self.settings)
 
     def coord_keypair(self) -> Keypair:
         """K_coord from ``HYPERTRAIN_COORD_KEY_FILE``, re-loaded only when the file changed.

@@ -21,6 +21,7 @@ from typing import Any
 from attrs import field, frozen
 
 from hypertrain.beacon.ingest import get_round, latest_round
+from hypertrain.compute import Job, job_scores
 from hypertrain.coordinator.aggregation import AggregationRow, get_aggregation
 from hypertrain.coordinator.heldout import get_loss
 from hypertrain.coordinator.lifecycle import parse_manifest
@@ -102,6 +103,8 @@ class RoundFacts:
     """The published start state of the round (PUT .../rounds/{w}/state), or None."""
     aggregation: AggregationRow | None = None
     """The daemon's aggregation of the round (its tape), or None."""
+    scores: dict[str, list[Job]] = field(factory=dict)
+    """Each uploaded miner's compute scoring jobs (delta-loss public / hidden), by hotkey."""
     heldout_loss: float | None = None
     """The held-out loss of theta(w), the round's start weights (None until computed)."""
     heldout_loss_after: float | None = None
@@ -121,6 +124,7 @@ def round_facts(conn: sqlite3.Connection, run_id: str, w: int) -> RoundFacts:
         raise NotFound(f"round {w} of run {run_id} is not open")
     d = latest_round(conn)
     (state,) = round_states(conn, d, [row])
+    details = miner_details(conn, run_id, w)
     assign_round = get_round(conn, row.deadlines.d_assign) if d >= row.deadlines.d_assign else None
     audit_round = get_round(conn, row.deadlines.d_audit) if d >= row.deadlines.d_audit else None
     return RoundFacts(
@@ -131,9 +135,14 @@ def round_facts(conn: sqlite3.Connection, run_id: str, w: int) -> RoundFacts:
         assign_signature=None if assign_round is None else assign_round.signature,
         audit_signature=None if audit_round is None else audit_round.signature,
         miners=miner_rows(conn, run_id, w),
-        details=miner_details(conn, run_id, w),
+        details=details,
         start_state=get_round_state(conn, run_id, w),
         aggregation=get_aggregation(conn, run_id, w),
+        scores={
+            hotkey: job_scores(conn, {"run_id": run_id, "w": w, "hotkey": hotkey})
+            for hotkey, row in details.items()
+            if row.status == "UPLOADED"
+        },
         heldout_loss=get_loss(conn, run_id, w),
         heldout_loss_after=get_loss(conn, run_id, w + 1),
     )
@@ -162,6 +171,23 @@ def _posted(facts: RoundFacts, hotkey: str) -> dict[str, Any]:
     return dict(_NOTHING_POSTED) if row is None else row.view_json()
 
 
+def _scores(jobs: list[Job]) -> dict[str, Any]:
+    """``{step: {state, how, loss, fingerprint}}`` of a miner's delta-loss jobs (loss and
+    fingerprint null until settled; ``loss`` is the objective's f32 hex)."""
+    out: dict[str, Any] = {}
+    for job in jobs:
+        result = job.result or {}
+        out[job.step] = {
+            "job": job.job_id,
+            "state": job.state,
+            "how": job.settled_how,
+            "ok": result.get("ok"),
+            "loss": result.get("objective"),
+            "fingerprint": result.get("fingerprint"),
+        }
+    return out
+
+
 def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[str, Any]:
     """The round view JSON (spec 9); ``assignment`` from :func:`derive_assignment`.
 
@@ -173,6 +199,9 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
     With the daemon's ``holdout_dir`` set, ``heldout_loss`` is the held-out loss (mean token
     cross-entropy on the operator's private holdout) of theta(w), the round's start weights, and
     ``heldout_loss_after`` that of theta(w + 1), the merge result; each null until computed.
+    Scoring (issue 8): ``jobs`` lists the round's delta-loss jobs (settled state, how, result)
+    and each uploaded miner's ``scores`` gives ``{public|hidden: {job, state, how, ok, loss,
+    fingerprint}}``.
     """
     agg = facts.aggregation
     deadlines = facts.round.deadlines
@@ -205,10 +234,11 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
                 "selected": False,
                 **_posted(facts, hotkey),
                 "verdict": None,
+                "scores": _scores(facts.scores.get(hotkey, [])),
             }
             for hotkey, slot, status in facts.miners
         ],
-        "jobs": [],
+        "jobs": [job.score_json() for jobs in facts.scores.values() for job in jobs],
         "forfeits": [],
         "rollback": None,
         "finalize": None,

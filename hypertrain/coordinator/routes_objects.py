@@ -13,7 +13,9 @@ external aggregator reads deltas with the admin token); when it is neither, the 
 worker token's refusal (401/503). Otherwise the four signed headers of
 :mod:`hypertrain.protocol.object_auth` (400 malformed or expired, 401 bad signature) of a
 hotkey on the run's roster, neither removed nor blacklisted (403). The body is streamed from
-the store, which verifies the hash before the first chunk and again at the end.
+the store, which verifies the hash before the first chunk and again at the end. A private
+object (a hidden scoring trace, :mod:`hypertrain.coordinator.scorefeed`) is served to the admin
+token only and is 404 to anyone else, as if it did not exist.
 
 Uploads: the grant (from ``POST .../uploads``) names the object's sha256 and size; unknown grant
 404, expired (``D >= d_upload``) 409. The body is streamed into
@@ -49,6 +51,7 @@ from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.http import json_response, read_json
 from hypertrain.coordinator.minerflow import MAX_UPLOAD_BYTES
 from hypertrain.coordinator.minerstore import GrantRow, get_grant, is_active_member
+from hypertrain.coordinator.scorefeed import is_private
 from hypertrain.coordinator.startstate import (
     StateRequest,
     check_state_blob,
@@ -114,6 +117,13 @@ def register(app: QuartTrio, ctx: Coordinator) -> None:
 
     async def authorize(sha256: str) -> None:
         headers = request.headers
+        if await ctx.db.read(is_private, sha256):
+            # A hidden trace: the admin only (nodes get it through a compute lease).
+            try:
+                await require_admin(ctx)
+            except (AuthError, NotConfigured):
+                raise NotFound(f"object {sha256} not found") from None
+            return
         if headers.get("Authorization") is not None or not has_signed_headers(headers):
             try:
                 await require_worker(ctx)

@@ -9,6 +9,7 @@ given; nothing is read at construction (token and key files are read per request
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Final
 
@@ -94,6 +95,14 @@ class CoordinatorSettings:
     heldout_service`). Never served."""
     heldout_samples: int = attrs.field(default=DEFAULT_HELDOUT_SAMPLES, validator=_positive)
     """How many holdout samples (the first ones) each held-out loss averages over."""
+    compute_credit: int = attrs.field(default=1, validator=_non_negative)
+    """Credits per accepted copy (``HYPERTRAIN_COMPUTE_CREDIT``)."""
+    compute_wait_ms: int = attrs.field(default=20_000, validator=_non_negative)
+    """A scoring step's window before the fallback scores it (``HYPERTRAIN_COMPUTE_WAIT_MS``)."""
+    compute_pool: int = attrs.field(factory=lambda: os.cpu_count() or 1, validator=_positive)
+    """Concurrent fallback scorers (``HYPERTRAIN_COMPUTE_POOL``; default: the cores)."""
+    trace_samples: int = attrs.field(default=32, validator=_positive)
+    """Samples in each scoring trace (public: from the train split; hidden: the holdout)."""
 
     @property
     def db_path(self) -> Path:

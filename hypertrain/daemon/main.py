@@ -9,7 +9,8 @@
        └─ checkpointer  passive WAL checkpoints (real clock only)
 
 Shutdown (a signal, or :meth:`DaemonHandle.request_shutdown` in tests) runs, in order:
-``ctx.stopping.set()`` (long polls and SSE streams answer 503 / end), the event hub is closed,
+``ctx.stopping.set()`` (long polls and SSE streams answer 503 / end), the event hub and the
+compute hub's waiters are closed,
 the services are cancelled, then hypercorn's shutdown trigger (listeners close, requests in
 flight get ``graceful_timeout``). Whatever still runs after ``--grace`` seconds is cancelled.
 
@@ -179,6 +180,7 @@ async def serve_daemon(
         def on_shutdown() -> None:
             ctx.stopping.set()
             ctx.events.close()
+            ctx.compute.close()
             services_scope.cancel()
             http_stop.set()
 

@@ -11,11 +11,13 @@ order under :func:`nurseries.supervise`, after the HTTP server.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Final
 
 import attrs
 import httpx
+import trio
 
 from hypertrain.beacon import (
     QUICKNET,
@@ -28,8 +30,14 @@ from hypertrain.beacon import (
 )
 from hypertrain.coordinator.aggregator_service import AggregatorService
 from hypertrain.coordinator.context import Coordinator, CoordinatorSink
+from hypertrain.coordinator.fallbackpool import FallbackPool
 from hypertrain.coordinator.heldout_service import HeldoutService
+from hypertrain.coordinator.reaper import LeaseReaper
+from hypertrain.coordinator.scorefeed import ScoreFeed
 from hypertrain.daemon.settings import DaemonSettings
+from hypertrain.scoring.outcome import ScoreOutcome
+from hypertrain.scoring.registry import Challenge
+from hypertrain.scoring.sandbox import run_scorer, score_inline
 from nurseries import RestartPolicy, SystemClock, WallClock, offload_for
 
 __all__ = [
@@ -43,7 +51,10 @@ __all__ = [
     "aggregator_service",
     "beacon_service",
     "checkpointer_service",
+    "fallback_service",
     "heldout_service",
+    "reaper_service",
+    "scorefeed_service",
 ]
 
 log = logging.getLogger(__name__)
@@ -136,10 +147,37 @@ def heldout_service(parts: DaemonParts) -> ServiceFn | None:
     ).run
 
 
+def reaper_service(parts: DaemonParts) -> ServiceFn:
+    """Lease expiry and the end of fallback windows, at their stored deadlines."""
+    return LeaseReaper(parts.ctx).run
+
+
+async def _score_inline(challenge: Challenge, inputs: Mapping[str, Path]) -> ScoreOutcome:
+    await trio.lowlevel.checkpoint()
+    return score_inline(challenge, inputs)
+
+
+def fallback_service(parts: DaemonParts) -> ServiceFn:
+    """The fallback evaluator pool: the sandboxed scorer with the real clock; in virtual time
+    the same scorer inline (a child process would let the autojump clock leap)."""
+    real = isinstance(parts.wall, SystemClock)
+    score = run_scorer if real else _score_inline
+    return FallbackPool(parts.ctx, score, parts.settings.coordinator.compute_pool).run
+
+
+def scorefeed_service(parts: DaemonParts) -> ServiceFn:
+    """Every uploaded delta becomes delta-loss scoring steps for the compute network."""
+    settings = parts.settings.coordinator
+    return ScoreFeed(parts.ctx, settings.holdout_dir, offload_for(parts.wall)).run
+
+
 SERVICES: Final[tuple[ServiceSpec, ...]] = (
     ServiceSpec("beacon", beacon_service, BEACON_POLICY),
     ServiceSpec("checkpointer", checkpointer_service),
     ServiceSpec("aggregator", aggregator_service),
     ServiceSpec("heldout", heldout_service),
+    ServiceSpec("scorefeed", scorefeed_service),
+    ServiceSpec("reaper", reaper_service),
+    ServiceSpec("fallback", fallback_service),
 )
 """Started in this order, after the HTTP server."""

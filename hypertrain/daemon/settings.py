@@ -24,6 +24,10 @@ forgive_per_epoch                                                               
 body_limit                                                                              1048576
 holdout_dir                HYPERTRAIN_HOLDOUT_DIR            --holdout-dir DIR          unset
 heldout_samples            HYPERTRAIN_HELDOUT_SAMPLES                                   64
+compute_credit             HYPERTRAIN_COMPUTE_CREDIT                                    1
+compute_wait_ms            HYPERTRAIN_COMPUTE_WAIT_MS                                   20000
+compute_pool               HYPERTRAIN_COMPUTE_POOL                                      cores
+trace_samples              HYPERTRAIN_TRACE_SAMPLES                                     32
 host                                                         --host                     127.0.0.1
 port                                                         --port                     8000
 beacon                                                       --beacon relays|local      relays
@@ -205,6 +209,10 @@ _KEYS: Final = (
     _Key("body_limit", _int(1)),
     _Key("holdout_dir", _path, env="HYPERTRAIN_HOLDOUT_DIR", flag="holdout_dir"),
     _Key("heldout_samples", _int(1), env="HYPERTRAIN_HELDOUT_SAMPLES"),
+    _Key("compute_credit", _int(0), env="HYPERTRAIN_COMPUTE_CREDIT"),
+    _Key("compute_wait_ms", _int(0), env="HYPERTRAIN_COMPUTE_WAIT_MS"),
+    _Key("compute_pool", _int(1, 256), env="HYPERTRAIN_COMPUTE_POOL"),
+    _Key("trace_samples", _int(1, 4096), env="HYPERTRAIN_TRACE_SAMPLES"),
     _Key("host", _text, flag="host"),
     _Key("port", _int(0, 65535), flag="port"),
     _Key("beacon", _choice("relays", "local"), flag="beacon"),

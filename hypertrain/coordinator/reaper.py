@@ -1,0 +1,65 @@
+"""The lease reaper: expires leases at their deadlines and hands ended windows to the fallback.
+
+A daemon service. Each pass, in one write each: :func:`~hypertrain.compute.expire_due` (a copy
+leased past ``deadline`` is expired, without a strike, and replaced) and
+:func:`~hypertrain.compute.fallback_due` (a step whose wait window ended with a copy still
+unleased goes to the fallback pool). Then it sleeps until the book's next deadline
+(:func:`~hypertrain.compute.next_deadline_ms`, read from the database, so a restarted daemon
+rebuilds every timer from the stored deadlines rather than resetting them), woken early when a
+lease or an enqueue may have set an earlier one, and at most :data:`IDLE_WAIT` seconds.
+Deadlines are wall-clock milliseconds; the sleep is converted to the Trio clock at each pass.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Final
+
+import attrs
+import trio
+
+from hypertrain.compute import expire_due, fallback_due, next_deadline_ms
+from hypertrain.coordinator.computehub import TIMERS, publish_compute
+from hypertrain.coordinator.context import Coordinator
+from nurseries import Stopping
+
+__all__ = ["IDLE_WAIT", "LeaseReaper"]
+
+log = logging.getLogger(__name__)
+
+IDLE_WAIT: Final = 60.0
+"""The longest sleep between two passes (seconds)."""
+
+
+@attrs.define(eq=False)
+class LeaseReaper:
+    """The service (module doc)."""
+
+    ctx: Coordinator
+
+    def _now_ms(self) -> int:
+        return int(self.ctx.wall.now() * 1000)
+
+    async def reap(self) -> None:
+        """One pass: expire what is due, send ended windows to the fallback."""
+        hub = self.ctx.compute
+        now = self._now_ms()
+        expired = await self.ctx.db.write(partial(expire_due, settings=hub.settings), now)
+        pending, ended = await self.ctx.db.write(fallback_due, now)
+        publish_compute(self.ctx.events, [*expired, *ended])
+        if expired:
+            hub.work_changed()
+        if pending:
+            hub.fallback_changed()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        hub = self.ctx.compute
+        task_status.started()
+        while True:
+            await self.reap()
+            due = await self.ctx.db.read(next_deadline_ms)
+            wait = IDLE_WAIT if due is None else (due - self._now_ms()) / 1000
+            deadline = trio.current_time() + min(max(wait, 0.0), IDLE_WAIT)
+            if isinstance(await hub.waiter.wait(TIMERS, deadline=deadline), Stopping):
+                await trio.sleep_forever()  # the daemon is stopping: cancelled right after

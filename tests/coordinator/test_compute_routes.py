@@ -1,0 +1,326 @@
+"""The compute routes and services of the real daemon, in virtual time (spec/compute-network.md 6).
+
+Jobs are enqueued straight into the book with small stand-in input objects; nodes are plain
+HTTP clients posting chosen answers, so each scenario controls every answer and every instant.
+The reaper and the fallback pool are the daemon's own services (the fallback scorer is a fake
+with a chosen outcome).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+import pytest
+import trio
+import trio.testing
+
+from hypertrain.compute import enqueue_step
+from hypertrain.coordinator.fallbackpool import FallbackPool, trusted_answer
+from hypertrain.daemon.main import DaemonHandle
+from hypertrain.daemon.services import SERVICES, DaemonParts, ServiceFn, ServiceSpec
+from hypertrain.scoring.outcome import ScoreOutcome
+from hypertrain.scoring.registry import DELTA_LOSS, Challenge
+from nurseries.testing import open_asgi_transport
+from tests.daemon.support import daemon_settings, running_daemon
+
+API = "http://coord"
+LOSS = {"loss": "40a00000", "fingerprint": "ab" * 32, "wallMs": 12}
+OTHER = {"loss": "40a00001", "fingerprint": "cd" * 32, "wallMs": 9}
+TRUSTED = ScoreOutcome(ok=True, result=dict(LOSS), failure=None, error="", wall_ms=5)
+
+
+@attrs.define
+class Fallbacks:
+    outcome: ScoreOutcome = TRUSTED
+    scored: list[str] = attrs.field(factory=list)
+
+    async def score(self, challenge: Challenge, inputs: Mapping[str, Path]) -> ScoreOutcome:
+        self.scored.append(inputs["trace.u16"].read_bytes().decode())
+        return self.outcome
+
+
+@asynccontextmanager
+async def _daemon(
+    tmp_path: Path, fallbacks: Fallbacks
+) -> AsyncIterator[tuple[DaemonHandle, httpx.AsyncClient]]:
+    def pool(parts: DaemonParts) -> ServiceFn:
+        return FallbackPool(parts.ctx, fallbacks.score, 2).run
+
+    services = [s if s.name != "fallback" else ServiceSpec("fallback", pool) for s in SERVICES]
+    settings = daemon_settings(tmp_path, period=1.0)
+    async with (
+        running_daemon(settings, services) as handle,
+        open_asgi_transport(handle.app, lifespan=False) as transport,
+        httpx.AsyncClient(transport=transport, base_url=API, timeout=60) as client,
+    ):
+        yield handle, client
+
+
+async def _enqueue(handle: DaemonHandle, label: str) -> str:
+    """A delta-loss step whose four inputs are small stand-in objects."""
+    ctx = handle.ctx
+    inputs = []
+    for name in DELTA_LOSS.inputs:
+        info = await ctx.objects.put_bytes(f"{label}:{name}".encode())
+        inputs.append({"name": name, "sha256": info.sha256, "size": info.size})
+    job_id, _ = await ctx.db.write(
+        partial(
+            enqueue_step,
+            challenge_id=DELTA_LOSS.id,
+            subject={"label": label},
+            step="public",
+            inputs=inputs,
+            now_ms=int(ctx.wall.now() * 1000),
+            wait_ms=ctx.compute.settings.wait_ms,
+            settings=ctx.compute.settings,
+        )
+    )
+    ctx.compute.work_changed()
+    ctx.compute.timers_changed()
+    return job_id
+
+
+async def _node(client: httpx.AsyncClient, handle: str | None = None) -> dict[str, Any]:
+    r = await client.post(
+        "/v1/compute/register",
+        json={"key": None, "handle": handle, "capabilities": ["delta-loss"], "hardware": "cpu"},
+    )
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def _auth(node: Mapping[str, Any]) -> dict[str, str]:
+    return {"Authorization": f"Bearer {node['key']}"}
+
+
+async def _lease(
+    client: httpx.AsyncClient, node: Mapping[str, Any], wait_ms: int | None = None
+) -> httpx.Response:
+    body: dict[str, Any] = {"capabilities": ["delta-loss"], "hardware": "cpu"}
+    if wait_ms is not None:
+        body["wait_ms"] = wait_ms
+    return await client.post("/v1/compute/jobs/lease", json=body, headers=_auth(node))
+
+
+async def _post(
+    client: httpx.AsyncClient, node: Mapping[str, Any], job: Mapping[str, Any], result: Any
+) -> httpx.Response:
+    body = {"lease": job["lease"], "ok": True, "result": result}
+    return await client.post(f"/v1/compute/jobs/{job['id']}/result", json=body, headers=_auth(node))
+
+
+async def test_register_mints_once_attaches_after_and_refuses_bad_input(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with _daemon(tmp_path, Fallbacks()) as (_, client):
+        minted = await _node(client, "alice")
+        attached = await client.post(
+            "/v1/compute/register",
+            json={"key": minted["key"], "capabilities": [], "hardware": "x"},
+        )
+        taken = await client.post(
+            "/v1/compute/register", json={"handle": "ALICE", "capabilities": []}
+        )
+        unknown = await client.post(
+            "/v1/compute/register", json={"key": "ht_" + "a" * 32, "capabilities": []}
+        )
+        extra = await client.post("/v1/compute/register", json={"capabilities": [], "x": 1})
+        no_key = await client.post("/v1/compute/jobs/lease", json={})
+        status = (await client.get("/v1/compute/status")).text
+        page = await client.get("/compute")
+    assert minted["key"].startswith("ht_")
+    assert minted["handle"] == "alice"
+    assert attached.status_code == 200
+    assert "key" not in attached.json()
+    assert attached.json()["node_id"] == minted["node_id"]
+    assert (taken.status_code, unknown.status_code, extra.status_code) == (409, 401, 400)
+    assert no_key.status_code == 401
+    assert minted["key"] not in status
+    assert "alice" in status
+    assert page.status_code == 200
+    assert "/v1/compute/status" in page.text
+
+
+async def test_an_empty_long_poll_answers_null_at_25_s_and_a_new_job_wakes_it(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with _daemon(tmp_path, Fallbacks()) as (handle, client):
+        node = await _node(client)
+        start = trio.current_time()
+        empty = await _lease(client, node)
+        waited = trio.current_time() - start
+        got: list[httpx.Response] = []
+        async with trio.open_nursery() as nursery:
+
+            async def poll() -> None:
+                got.append(await _lease(client, node))
+
+            nursery.start_soon(poll)
+            await trio.sleep(10)
+            start = trio.current_time()
+            await _enqueue(handle, "a")
+        woke = trio.current_time() - start
+    assert empty.json() == {"job": None}
+    assert waited == pytest.approx(25.0, abs=0.01)
+    assert got[0].json()["job"]["challenge"] == "delta-loss"
+    assert woke < 0.1
+
+
+async def test_two_nodes_agree_both_are_paid_and_inputs_need_the_lease(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with _daemon(tmp_path, Fallbacks()) as (handle, client):
+        a, b, c = await _node(client), await _node(client), await _node(client)
+        await _enqueue(handle, "x")
+        ja = (await _lease(client, a)).json()["job"]
+        again = await _lease(client, a, wait_ms=1000)  # never both copies of one job
+        jb = (await _lease(client, b)).json()["job"]
+        url = f"/v1/compute/jobs/{ja['id']}/inputs/trace.u16"
+        own = await client.get(url, headers={**_auth(a), "X-HT-Lease": ja["lease"]})
+        other = await client.get(url, headers={**_auth(c), "X-HT-Lease": ja["lease"]})
+        wrong = await client.get(url, headers={**_auth(a), "X-HT-Lease": jb["lease"]})
+        missing = await client.get(
+            f"/v1/compute/jobs/{ja['id']}/inputs/nope",
+            headers={**_auth(a), "X-HT-Lease": ja["lease"]},
+        )
+        cross = await _post(client, a, {**jb, "lease": ja["lease"]}, LOSS)
+        first = await _post(client, a, ja, LOSS)
+        again_same = await _post(client, a, ja, {**LOSS, "wallMs": 99})
+        changed = await _post(client, a, ja, OTHER)
+        second = await _post(client, b, jb, LOSS)
+        late = await _post(client, c, ja, LOSS)
+        big = await client.post(
+            f"/v1/compute/jobs/{jb['id']}/result",
+            content=b'{"x":"' + b"a" * (64 * 1024) + b'"}',
+            headers={**_auth(b), "Content-Type": "application/json"},
+        )
+        status = (await client.get("/v1/compute/status")).json()
+    assert ja["job"] == jb["job"]
+    assert ja["id"] != jb["id"]
+    assert again.json() == {"job": None}
+    assert own.content == b"x:trace.u16"
+    assert (other.status_code, wrong.status_code, missing.status_code) == (403, 403, 404)
+    assert cross.status_code == 403
+    assert first.status_code == 200
+    assert again_same.json() == first.json()
+    assert changed.status_code == 409
+    assert second.status_code == 200
+    assert second.json()["status"] == "counted"
+    assert late.status_code == 403
+    assert big.status_code == 413
+    credits = {n["id"]: n["compute_credits"] for n in status["nodes"]}
+    assert credits == {a["node_id"]: 1, b["node_id"]: 1, c["node_id"]: 0}
+    assert status["done_24h"] == 1
+
+
+async def test_a_vanished_lease_expires_at_its_deadline_and_goes_to_another_node(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    events: list[dict[str, Any]] = []
+    async with (
+        _daemon(tmp_path, Fallbacks()) as (handle, client),
+        trio.open_nursery() as bg,
+        handle.ctx.events.subscribe(frozenset({"compute"})) as sub,
+    ):
+
+        async def collect() -> None:
+            async for event in sub:
+                events.append(json.loads(event.json))
+
+        bg.start_soon(collect)
+        a, b, c = await _node(client), await _node(client), await _node(client)
+        await _enqueue(handle, "x")
+        ja = (await _lease(client, a)).json()["job"]
+        jb = (await _lease(client, b)).json()["job"]
+        assert (await _post(client, b, jb, LOSS)).status_code == 200
+        deadline_ms = ja["deadline_ms"]
+        leased_ms = int(handle.ctx.wall.now() * 1000)
+        assert deadline_ms - leased_ms == DELTA_LOSS.kill_after_ms + 30_000
+        # Node c keeps polling: it gets the replacement right after the expiry.
+        with trio.fail_after(200):
+            while (replacement := (await _lease(client, c)).json()["job"]) is None:
+                pass
+        replaced_at = int(handle.ctx.wall.now() * 1000)
+        posted_late = await _post(client, a, ja, LOSS)
+        settled = await _post(client, c, replacement, LOSS)
+        await trio.sleep(0.1)
+        bg.cancel_scope.cancel()
+    assert replacement is not None
+    assert replacement["job"] == ja["job"]
+    assert replaced_at == deadline_ms + 1
+    assert posted_late.status_code == 410
+    assert settled.json()["status"] == "counted"
+    kinds = [e["kind"] for e in events]
+    assert "expired" in kinds
+    assert "settled" in kinds
+    assert "strike" not in kinds
+
+
+async def test_a_step_no_node_takes_is_scored_by_the_fallback_at_20_s(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    fallbacks = Fallbacks()
+    async with _daemon(tmp_path, fallbacks) as (handle, client):
+        job_id = await _enqueue(handle, "lonely")
+        enqueued = trio.current_time()
+        node = await _node(client)
+        await trio.sleep(20.001)
+        empty = await _lease(client, node, wait_ms=0)
+        await trio.sleep(60)  # the pool scores at the end of the window
+        job = await handle.ctx.db.read(_job_state, job_id)
+    assert empty.json() == {"job": None}
+    assert fallbacks.scored == ["lonely:trace.u16"]
+    assert job == ("settled", "fallback")
+    assert trio.current_time() - enqueued >= 20
+
+
+def _job_state(conn: Any, job_id: str) -> tuple[str, str | None]:
+    row = conn.execute(
+        "SELECT state, settled_how FROM compute_jobs WHERE job_id = ?", (job_id,)
+    ).fetchone()
+    return str(row[0]), row[1]
+
+
+async def test_three_strikes_disable_a_node_until_the_utc_day_changes(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with _daemon(tmp_path, Fallbacks()) as (handle, client):
+        liar, h1, h2 = await _node(client), await _node(client), await _node(client)
+        for i in range(3):
+            await _enqueue(handle, f"s{i}")
+            jl = (await _lease(client, liar)).json()["job"]
+            j1 = (await _lease(client, h1)).json()["job"]
+            await _post(client, liar, jl, OTHER)
+            await _post(client, h1, j1, LOSS)
+            third = (await _lease(client, h2)).json()["job"]
+            await _post(client, h2, third, LOSS)
+        refused = await _lease(client, liar)
+        now_ms = int(handle.ctx.wall.now() * 1000)
+    assert refused.status_code == 403
+    body = refused.json()
+    day_ms = 86_400_000
+    assert body["reenable_at_ms"] == (now_ms // day_ms + 1) * day_ms
+    assert body["reenable_at"].endswith("T00:00:00.000Z")
+    assert "disabled until" in body["detail"]
+
+
+def test_the_trusted_evaluators_outcome_becomes_an_answer() -> None:
+    ok = trusted_answer(DELTA_LOSS, attrs.evolve(TRUSTED, wall_ms=7))
+    failed = trusted_answer(
+        DELTA_LOSS,
+        ScoreOutcome(ok=False, result=None, failure="oom", error="MemoryError", wall_ms=7),
+    )
+    assert ok.to_json() == {
+        "ok": True,
+        "objective": LOSS["loss"],
+        "fingerprint": LOSS["fingerprint"],
+        "wall_ms": 7,
+    }
+    assert failed.to_json() == {"ok": False, "class": "oom", "error": "MemoryError"}
