@@ -1,0 +1,525 @@
+"""Compute-network throughput of the daemon over loopback, next to a bare hypercorn "hello" app.
+
+Issue 8 acceptance: lease -> result cycles per second, and the number of concurrently held
+lease long polls the daemon sustains, next to the bare hypercorn figure from the same run.
+
+The server side is one process (this one, pinned to CPU 0 where the machine has more than one),
+as in ``bench/http.py``: the real daemon (``serve_daemon``, local-chain beacon, fresh state dir
+and secrets, with every background service, the compute reaper and fallback pool included) and
+a raw ASGI app answering ``{"hello": "world"}``, both on ``serve_asgi`` (same hypercorn trio
+worker, same backlog). The step window (``HYPERTRAIN_COMPUTE_WAIT_MS``) is one hour, so the
+fallback never takes a step during the run. Load comes from a separate process (this script
+with ``--load``, pinned to the other CPUs) speaking raw-socket HTTP/1.1 keep-alive.
+
+Rows:
+
+- ``hello POST``: the floor of the stack, ``--nodes`` connections each posting a lease-sized
+  JSON body and waiting for the answer before the next one (requests/s).
+- ``lease -> result``: ``--jobs`` delta-loss steps (stand-in input objects, one transaction,
+  before the row starts; queued 1 ms apart, as a steady stream would be) are in the book;
+  ``--nodes`` registered nodes, one keep-alive connection each, loop ``POST
+  /v1/compute/jobs/lease`` (``wait_ms`` 1000) then ``POST /v1/compute/jobs/{id}/result`` with
+  the same answer for both copies of a step, so every step settles by agreement and both
+  copies are paid. One cycle = one lease answered with a copy + its result answered 200
+  ``counted``; each cycle is two HTTP requests. A lease answered ``{"job": null}`` means the
+  book ran dry (a note says so: raise ``--jobs``). The figure depends on the book's depth: the
+  lease transaction sorts every queued copy (``USE TEMP B-TREE FOR ORDER BY``), so a deeper
+  ``--jobs`` gives fewer cycles/s.
+- ``long polls``: nothing queued; N connections at once each post one lease with ``wait_ms``
+  ``--hold-ms`` (default 5000 to keep the run short; 25000 is the route's maximum), the N
+  polls sharing ``--poll-keys`` node keys round robin. N ramps through ``--polls`` and stops at
+  the first level that fails. A level passes when every poll was answered 200 ``{"job": null}``
+  (none before its hold, no connection error, none given up on: a poll gets 20 s to connect,
+  then its hold plus ``--late-s``, ``wait_ms`` counted by the server from its intake) and all N
+  were surely held by the server at one instant (a poll sent at ``s`` and answered at ``a``
+  was held throughout ``[a - hold, s + hold]``). The last level that passed is the figure;
+  ``>=`` when the top level passed too.
+
+    .venv/bin/python bench/compute.py [--seconds 4] [--nodes 32] [--jobs 1000]
+        [--hold-ms 5000] [--polls 500,1000,2000,4000] [--poll-keys 50]
+
+The default run takes about 75 s.
+
+Run it as a script (``python bench/compute.py``): ``bench/http.py`` shadows the stdlib ``http``
+package for anything importing from the ``bench`` folder itself.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# bench/http.py is named like the stdlib's ``http`` package, and Python puts the script's folder
+# first on sys.path: drop it, or httpx's ``import http`` would find that file.
+if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    del sys.path[0]
+
+import argparse
+import json
+import os
+import resource
+import secrets
+import sqlite3
+import tempfile
+import time
+from functools import partial
+from typing import Any, Final
+
+import httpx
+import trio
+
+from hypertrain.compute import enqueue_step
+from hypertrain.coordinator.settings import CoordinatorSettings
+from hypertrain.daemon.main import DaemonHandle, serve_daemon
+from hypertrain.daemon.settings import DaemonSettings
+from hypertrain.protocol.keys import Keypair, write_seed_file
+from hypertrain.scoring.registry import DELTA_LOSS
+from nurseries import SystemClock, serve_asgi
+
+WARMUP: Final = 0.5
+SETUP_TIMEOUT: Final = 60.0
+LOAD_TIMEOUT_MARGIN: Final = 30.0  # seconds beyond warm-up + measurement a load process may take
+STRAGGLER_TIMEOUT: Final = 5.0  # seconds an answer may take after the measurement ended
+CONNECT_TIMEOUT: Final = 20.0
+CYCLE_WAIT_MS: Final = 1000
+STEP_WAIT_MS: Final = 3_600_000  # the step window: the fallback never takes a step in a run
+HELLO: Final = json.dumps({"hello": "world"}).encode()
+HELLO_LENGTH: Final = str(len(HELLO)).encode()
+OWNER: Final = Keypair.from_seed(bytes([7]) * 32)
+LEASE_BODY: Final = {"capabilities": ["delta-loss"], "hardware": "cpu"}
+ANSWER: Final = {"loss": "40a00000", "fingerprint": "ab" * 32, "wallMs": 12}
+
+
+async def hello_app(scope: Any, receive: Any, send: Any) -> None:
+    """A bare ASGI app: reads the body, answers a small JSON object."""
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    while (await receive()).get("more_body", False):
+        pass
+    headers = [(b"content-type", b"application/json"), (b"content-length", HELLO_LENGTH)]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": HELLO})
+
+
+# -- the load generator (a separate process) ---------------------------------------------------
+
+
+class Connection:
+    """One raw HTTP/1.1 keep-alive connection: a request, then its answer (Content-Length)."""
+
+    def __init__(self, stream: trio.SocketStream, host: str) -> None:
+        self.stream = stream
+        self.host = host
+        self.buffer = b""
+
+    async def _more(self) -> None:
+        data = await self.stream.receive_some(65536)
+        if not data:
+            raise ConnectionError("the server closed the connection")
+        self.buffer += data
+
+    async def post(self, path: str, body: object, key: str | None = None) -> tuple[int, bytes]:
+        data = json.dumps(body).encode()
+        lines = [f"POST {path} HTTP/1.1", f"host: {self.host}", "content-type: application/json"]
+        lines.append(f"content-length: {len(data)}")
+        if key is not None:
+            lines.append(f"authorization: Bearer {key}")
+        await self.stream.send_all(("\r\n".join(lines) + "\r\n\r\n").encode() + data)
+        while (end := self.buffer.find(b"\r\n\r\n")) < 0:
+            await self._more()
+        head, self.buffer = self.buffer[:end], self.buffer[end + 4 :]
+        status = int(head[9:12])
+        length = None
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        if length is None:
+            raise ConnectionError("an answer without Content-Length")
+        while len(self.buffer) < length:
+            await self._more()
+        answer, self.buffer = self.buffer[:length], self.buffer[length:]
+        return status, answer
+
+
+async def _connect(spec: dict[str, Any]) -> Connection:
+    with trio.fail_after(CONNECT_TIMEOUT):
+        stream = await trio.open_tcp_stream(spec["host"], spec["port"])
+    return Connection(stream, spec["host"])
+
+
+def _note(counts: dict[str, Any], what: str) -> None:
+    notes = counts.setdefault("notes", {})
+    notes[what] = notes.get(what, 0) + 1
+
+
+async def _hello_loop(spec: dict[str, Any], counts: dict[str, Any], stop: list[float]) -> None:
+    conn = await _connect(spec)
+    async with conn.stream:
+        while time.perf_counter() < stop[0]:
+            status, _ = await conn.post("/", LEASE_BODY)
+            if time.perf_counter() >= stop[1]:
+                counts["ok" if status == 200 else "errors"] += 1
+
+
+async def _cycle_loop(
+    spec: dict[str, Any], key: str, counts: dict[str, Any], stop: list[float]
+) -> None:
+    conn = await _connect(spec)
+    lease_body = {**LEASE_BODY, "wait_ms": CYCLE_WAIT_MS}
+    async with conn.stream:
+        while time.perf_counter() < stop[0]:
+            status, raw = await conn.post("/v1/compute/jobs/lease", lease_body, key)
+            job = json.loads(raw).get("job") if status == 200 else None
+            if job is None:
+                counts["empty" if status == 200 else "errors"] += 1
+                if status != 200:
+                    _note(counts, f"lease {status} {raw[:80]!r}")
+                continue
+            result = {"lease": job["lease"], "ok": True, "result": ANSWER}
+            status, raw = await conn.post(f"/v1/compute/jobs/{job['id']}/result", result, key)
+            answer = json.loads(raw)
+            good = status == 200 and answer.get("status") == "counted"
+            if time.perf_counter() >= stop[1]:
+                counts["ok" if good else "errors"] += 1
+                counts["settled"] += good and answer.get("job_state") == "settled"
+            if not good:
+                _note(counts, f"result {status} {raw[:80]!r}")
+
+
+async def _timed(spec: dict[str, Any], loops: list[Any]) -> dict[str, Any]:
+    counts: dict[str, Any] = {"ok": 0, "errors": 0, "empty": 0, "settled": 0, "stuck": 0}
+    begin = time.perf_counter()
+    stop = [begin + spec["warmup"] + spec["seconds"], begin + spec["warmup"]]
+
+    async def guarded(loop: Any) -> None:
+        with trio.move_on_after(stop[0] - time.perf_counter() + STRAGGLER_TIMEOUT) as scope:
+            try:
+                await loop(counts, stop)
+            except (OSError, ConnectionError, ValueError) as e:
+                counts["errors"] += 1
+                _note(counts, f"{type(e).__name__}: {e}"[:120])
+        if scope.cancelled_caught:
+            counts["stuck"] += 1
+
+    async with trio.open_nursery() as nursery:
+        for loop in loops:
+            nursery.start_soon(guarded, loop)
+    elapsed = time.perf_counter() - stop[1]
+    return {**counts, "seconds": elapsed, "rate": counts["ok"] / elapsed}
+
+
+async def _one_poll(spec: dict[str, Any], key: str, polls: list[dict[str, Any]]) -> None:
+    hold = spec["wait_ms"] / 1000
+    outcome: dict[str, Any] = {"status": 0, "job_null": False}
+    with trio.move_on_after(CONNECT_TIMEOUT + hold + spec["late_s"]) as scope:
+        try:
+            conn = await _connect(spec)
+            async with conn.stream:
+                sent = time.perf_counter()
+                body = {**LEASE_BODY, "wait_ms": spec["wait_ms"]}
+                status, raw = await conn.post("/v1/compute/jobs/lease", body, key)
+                outcome = {
+                    "status": status,
+                    "job_null": status == 200 and json.loads(raw) == {"job": None},
+                    "sent": sent,
+                    "answered": time.perf_counter(),
+                }
+        except (OSError, ConnectionError, ValueError, trio.TooSlowError) as e:
+            outcome["error"] = f"{type(e).__name__}: {e}"[:120]
+    if scope.cancelled_caught:
+        outcome["error"] = "no answer in time"
+    polls.append(outcome)
+
+
+def _surely_held_at_once(polls: list[dict[str, Any]], hold: float) -> int:
+    """The most polls the server certainly held at one instant.
+
+    A poll sent at ``s`` and answered ``{"job": null}`` at ``a`` (after its hold ``h``) was
+    taken by the server at some instant in ``[s, a - h]`` and held ``h`` from there, so it was
+    held throughout ``[a - h, s + h]`` whatever that instant was; count the most such intervals
+    that overlap.
+    """
+    edges = []
+    for p in polls:
+        begin, end = p["answered"] - hold, p["sent"] + hold
+        if begin <= end:
+            edges += [(begin, 0), (end, 1)]  # at a tie an interval opens before one closes
+    best = current = 0
+    for _, closing in sorted(edges):
+        current += -1 if closing else 1
+        best = max(best, current)
+    return best
+
+
+async def _polls(spec: dict[str, Any]) -> dict[str, Any]:
+    polls: list[dict[str, Any]] = []
+    keys = spec["keys"]
+    begin = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for i in range(spec["count"]):
+            nursery.start_soon(_one_poll, spec, keys[i % len(keys)], polls)
+    hold = spec["wait_ms"] / 1000
+    errors: dict[str, int] = {}
+    for p in polls:
+        if "error" in p:
+            errors[p["error"]] = errors.get(p["error"], 0) + 1
+        elif not p["job_null"]:
+            errors[f"status {p['status']}"] = errors.get(f"status {p['status']}", 0) + 1
+    null = [p for p in polls if p.get("job_null")]
+    waits = [p["answered"] - p["sent"] for p in null]
+    return {
+        "count": spec["count"],
+        "null": len(null),
+        "early": sum(w < hold - 0.01 for w in waits),
+        "at_once": _surely_held_at_once(null, hold),
+        "errors": errors,
+        "wait_min": min(waits, default=0.0),
+        "wait_max": max(waits, default=0.0),
+        "sent_last": max((p["sent"] - begin for p in null), default=0.0),
+    }
+
+
+async def _load(spec: dict[str, Any]) -> dict[str, Any]:
+    if spec["mode"] == "hello":
+        return await _timed(spec, [partial(_hello_loop, spec) for _ in range(spec["connections"])])
+    if spec["mode"] == "cycles":
+        return await _timed(spec, [partial(_cycle_loop, spec, key) for key in spec["keys"]])
+    return await _polls(spec)
+
+
+def _raise_fd_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def load_main() -> None:
+    """``--load``: read a spec (JSON) from stdin, print the result (JSON) on stdout."""
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) > 1:
+        os.sched_setaffinity(0, cpus - {min(cpus)})
+    _raise_fd_limit()
+    print(json.dumps(trio.run(_load, json.load(sys.stdin))))
+
+
+# -- the server process -------------------------------------------------------------------------
+
+
+def _daemon_settings(state: Path) -> DaemonSettings:
+    secret_dir = state / "secrets"
+    secret_dir.mkdir(mode=0o700)
+    for name in ("admin", "internal"):
+        (secret_dir / name).write_text(secrets.token_hex(32))
+        (secret_dir / name).chmod(0o600)
+    write_seed_file(secret_dir / "coord.key", bytes(range(32)))
+    coordinator = CoordinatorSettings(
+        state_dir=state / "data",
+        admin_token_file=secret_dir / "admin",
+        internal_token_file=secret_dir / "internal",
+        coord_key_file=secret_dir / "coord.key",
+        owner_hotkey=OWNER.ss58,
+        compute_wait_ms=STEP_WAIT_MS,
+    )
+    return DaemonSettings(coordinator=coordinator, port=0, beacon="local", grace=2.0)
+
+
+async def _register(client: httpx.AsyncClient, count: int) -> list[str]:
+    keys = []
+    for _ in range(count):
+        body = {"key": None, "handle": None, **LEASE_BODY}
+        response = await client.post("/v1/compute/register", json=body)
+        response.raise_for_status()
+        keys.append(str(response.json()["key"]))
+    return keys
+
+
+async def _fill_book(handle: DaemonHandle, jobs: int) -> None:
+    """``jobs`` delta-loss steps over four shared stand-in objects, queued 1 ms apart."""
+    ctx = handle.ctx
+    inputs = []
+    for name in DELTA_LOSS.inputs:
+        info = await ctx.objects.put_bytes(f"bench stand-in {name}".encode())
+        inputs.append({"name": name, "sha256": info.sha256, "size": info.size})
+    now_ms = int(ctx.wall.now() * 1000)
+    tag = secrets.token_hex(4)
+
+    def fill(conn: sqlite3.Connection) -> None:
+        for i in range(jobs):
+            enqueue_step(
+                conn,
+                challenge_id=DELTA_LOSS.id,
+                subject={"bench": tag, "i": i},
+                step="public",
+                inputs=inputs,
+                now_ms=now_ms - jobs + i,
+                wait_ms=STEP_WAIT_MS,
+                settings=ctx.compute.settings,
+            )
+
+    await ctx.db.write(fill)
+    ctx.compute.work_changed()
+    ctx.compute.timers_changed()
+
+
+def _queued(conn: sqlite3.Connection) -> int:
+    (count,) = conn.execute("SELECT count(*) FROM compute_copies WHERE state = 'queued'").fetchone()
+    return int(count)
+
+
+def _end_queued(conn: sqlite3.Connection) -> None:
+    """Take what is left of the book out (jobs too: the lease query walks queued jobs)."""
+    conn.execute("UPDATE compute_copies SET state = 'cancelled' WHERE state = 'queued'")
+    conn.execute("UPDATE compute_jobs SET state = 'unscored' WHERE state = 'queued'")
+
+
+async def _measure(spec: dict[str, Any], limit: float) -> dict[str, Any]:
+    with trio.fail_after(limit):
+        result = await trio.run_process(
+            [sys.executable, __file__, "--load"],
+            stdin=json.dumps(spec).encode(),
+            capture_stdout=True,
+        )
+    answer: dict[str, Any] = json.loads(result.stdout)
+    return answer
+
+
+def _address(url: str) -> dict[str, Any]:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    return {"host": host, "port": int(port)}
+
+
+def _notes(result: dict[str, Any]) -> None:
+    for what, count in sorted(result.get("notes", {}).items()):
+        print(f"    note: {count} x {what}")
+
+
+async def _ramp(args: argparse.Namespace, url: str, keys: list[str]) -> int:
+    """The long-poll ramp; returns the largest level that passed (0: none)."""
+    best = 0
+    for count in args.polls:
+        spec = {
+            **_address(url),
+            "mode": "polls",
+            "count": count,
+            "wait_ms": args.hold_ms,
+            "late_s": args.late_s,
+            "keys": keys,
+        }
+        limit = CONNECT_TIMEOUT + args.hold_ms / 1000 + args.late_s + LOAD_TIMEOUT_MARGIN
+        begin = time.perf_counter()
+        r = await _measure(spec, limit)
+        passed = r["null"] == count and r["early"] == 0 and r["at_once"] == count
+        errors = ", ".join(f"{n} x {what}" for what, n in sorted(r["errors"].items())) or "none"
+        print(
+            f"{'long polls':18s} {count:6d} sent  {r['at_once']:6d} held at once"
+            f"  {r['null']} null answers after {r['wait_min']:.2f}-{r['wait_max']:.2f} s"
+            f"  (last sent at {r['sent_last']:.2f} s)  early {r['early']}  errors: {errors}"
+            f"  [{time.perf_counter() - begin:.1f} s]"
+        )
+        if not passed:
+            break
+        best = count
+    return best
+
+
+async def serve_and_measure(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="ht-bench-compute-") as tmp:
+        settings = _daemon_settings(Path(tmp))
+        async with trio.open_nursery() as nursery:
+            with trio.fail_after(SETUP_TIMEOUT):
+                handle: DaemonHandle = await nursery.start(
+                    partial(serve_daemon, settings, wall=SystemClock())
+                )
+                hello_url: str = await nursery.start(partial(serve_asgi, hello_app, "127.0.0.1", 0))
+                async with httpx.AsyncClient(base_url=handle.url, timeout=10) as client:
+                    keys = await _register(client, args.nodes)
+                    poll_keys = await _register(client, args.poll_keys)
+                await _fill_book(handle, args.jobs)
+            print(
+                f"server pinned to CPU 0, load on the other CPUs; {args.nodes} nodes,"
+                f" {args.seconds:g} s per row, {args.jobs} steps in the book"
+            )
+            limit = WARMUP + args.seconds + LOAD_TIMEOUT_MARGIN
+            timed = {"warmup": WARMUP, "seconds": args.seconds}
+            spec = {**_address(hello_url), **timed, "mode": "hello", "connections": args.nodes}
+            hello = await _measure(spec, limit)
+            print(
+                f"{'hello POST':18s} {hello['rate']:9.0f} req/s"
+                f"  ({hello['ok']} ok, {hello['errors']} errors, {hello['stuck']} stuck)"
+            )
+            _notes(hello)
+            spec = {**_address(handle.url), **timed, "mode": "cycles", "keys": keys}
+            cycles = await _measure(spec, limit)
+            left = await handle.ctx.db.read(_queued)
+            print(
+                f"{'lease -> result':18s} {cycles['rate']:9.0f} cycles/s"
+                f" = {2 * cycles['rate']:.0f} req/s  ({cycles['ok']} ok, {cycles['settled']}"
+                f" steps settled, {cycles['errors']} errors, {cycles['stuck']} stuck,"
+                f" {cycles['empty']} empty leases, {left} copies still queued)"
+            )
+            _notes(cycles)
+            if cycles["empty"] or left == 0:
+                print("    note: the book ran dry during the row; raise --jobs")
+            # Long polls only wait when nothing is queued: take the rest of the book out.
+            await handle.ctx.db.write(_end_queued)
+            print(
+                f"long polls: wait_ms {args.hold_ms}, nothing queued, {args.poll_keys} node keys"
+                f" shared round robin; a level passes when every poll is answered {{'job': null}},"
+                f" none before its hold, and all were surely held at one instant"
+            )
+            best = await _ramp(args, handle.url, poll_keys)
+            print()
+            print(f"hello POST (bare hypercorn)     {hello['rate']:9.0f} req/s")
+            print(f"lease -> result                 {cycles['rate']:9.0f} cycles/s")
+            top = ">=" if best == max(args.polls) else "  "
+            print(
+                f"concurrent long polls held    {top}{best:9d} (wait_ms {args.hold_ms};"
+                f" levels {','.join(map(str, args.polls))})"
+            )
+            if hello["rate"] > 0:
+                ratio = cycles["rate"] / hello["rate"]
+                print(
+                    f"ratio cycles/s / hello req/s: {ratio:.3f}"
+                    f" (requests: {2 * ratio:.3f}; one cycle is two requests)"
+                )
+            handle.request_shutdown()
+            nursery.cancel_scope.cancel()
+
+
+def _levels(text: str) -> list[int]:
+    levels = [int(part) for part in text.split(",") if part.strip()]
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError("a comma-separated list of positive counts")
+    return levels
+
+
+def main() -> None:
+    if "--load" in sys.argv[1:]:
+        load_main()
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=4.0, help="measured time per row")
+    parser.add_argument("--nodes", type=int, default=32, help="concurrent nodes (connections)")
+    parser.add_argument("--jobs", type=int, default=1000, help="steps in the book (2 copies each)")
+    parser.add_argument("--hold-ms", type=int, default=5000, help="wait_ms of each long poll")
+    parser.add_argument(
+        "--polls", type=_levels, default=[500, 1000, 2000, 4000], help="long-poll levels"
+    )
+    parser.add_argument("--poll-keys", type=int, default=50, help="node keys the polls share")
+    parser.add_argument(
+        "--late-s", type=float, default=10.0, help="seconds a poll may take beyond connect + hold"
+    )
+    args = parser.parse_args()
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) > 1:
+        os.sched_setaffinity(0, {min(cpus)})
+    _raise_fd_limit()
+    trio.run(serve_and_measure, args)
+
+
+if __name__ == "__main__":
+    main()
