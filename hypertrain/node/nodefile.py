@@ -8,15 +8,15 @@ user on the machine cannot read or swap the key. ``coordinator`` records the ori
 minted for: a saved key is only ever sent to that origin (``--url`` elsewhere refuses to start
 unless ``--key`` is given explicitly).
 
-A key is ``ht_`` followed by 32 base62 characters (DESIGN.md section 6); anything else given
-with ``--key`` or found in node.json is refused before any request is made.
+A key is ``ht_`` followed by 32 base62 characters (DESIGN.md section 6), checked by the
+coordinator's own :func:`hypertrain.compute.keys.is_node_key` (re-exported here); anything else
+given with ``--key`` or found in node.json is refused before any request is made.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,9 +24,10 @@ from typing import Any, Final
 
 import attrs
 
+from hypertrain.compute.keys import is_node_key
+
 __all__ = [
     "DIR_ENV",
-    "KEY_PATTERN",
     "NODE_FILE",
     "NodeFileError",
     "NodeRecord",
@@ -38,17 +39,11 @@ __all__ = [
 
 DIR_ENV: Final = "HYPERTRAIN_NODE_DIR"
 NODE_FILE: Final = "node.json"
-KEY_PATTERN: Final = re.compile(r"ht_[0-9A-Za-z]{32}")
 _MAX_FILE: Final = 64 * 1024
 
 
 class NodeFileError(Exception):
     """node.json or the node directory is unusable; the message says why (exit status 2)."""
-
-
-def is_node_key(value: object) -> bool:
-    """Whether ``value`` has the shape of a node key."""
-    return isinstance(value, str) and KEY_PATTERN.fullmatch(value) is not None
 
 
 def node_dir(flag: str | None, environ: Mapping[str, str]) -> Path:

@@ -1,0 +1,143 @@
+"""``hypertrain-node``: the volunteer compute node's command line (the composition root).
+
+::
+
+    hypertrain-node [--key ht_...] [--dir D] [--url U] [--once] [--json] [--handle H]
+
+Scores other people's submissions for the coordinator at ``--url`` (>
+``HYPERTRAIN_COORDINATOR_URL`` > ``http://127.0.0.1:8000``; https, or http to this machine
+only). The node directory is ``--dir`` > ``HYPERTRAIN_NODE_DIR`` > ``~/.hypertrain/node``; the
+first run mints a key and saves it in ``node.json`` there (mode 0600); ``--key`` attaches an
+existing key instead. ``--once`` takes one lease poll and exits. One line per event on stderr;
+``--json`` prints ``{node_id, handle, jobs, posted, accepted, skipped, abandoned, last_job}``
+on stdout at exit.
+
+Ctrl-C or SIGTERM stops at once: a job in progress is not posted (its lease expires without a
+strike), and the exit status is 0. Exit status: 0 stopped, or ``--once`` polled empty or posted
+its job; 1 unrecoverable (register refused, the key unknown, ``--once`` without a posted job);
+2 a usage, URL, key or node-file error (one line on stderr, before any request).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Final
+
+import trio
+
+from hypertrain.cli._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE, OneLineParser, print_json
+from hypertrain.compute.keys import check_handle
+from hypertrain.node.client import NodeClient
+from hypertrain.node.identity import IdentityError, coordinator_url
+from hypertrain.node.nodefile import NodeFileError, node_dir
+from hypertrain.node.probe import probe_machine
+from hypertrain.node.runner import NodeFatal, NodeRunner, NodeStatistics, Probed
+from hypertrain.protocol.errors import Malformed
+from hypertrain.scoring.sandbox import run_scorer
+from nurseries import SystemClock, open_supervisor
+
+__all__ = ["SHUTDOWN_GRACE_SECONDS", "build_parser", "main"]
+
+SHUTDOWN_GRACE_SECONDS: Final = 5.0
+"""A backstop only: the shutdown hook cancels the node's work at once, since a job in progress
+must not be posted (its lease just expires)."""
+_PROG: Final = "hypertrain-node"
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(f"{_PROG}: {line}\n")
+    sys.stderr.flush()
+
+
+def _fail(message: str, code: int) -> int:
+    _say(" ".join(str(message).split()))
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``hypertrain-node`` argument parser."""
+    parser = OneLineParser(prog=_PROG, description="Score jobs for a hypertrain coordinator.")
+    parser.add_argument("--key", help="attach this node key (ht_...) instead of node.json's")
+    parser.add_argument("--dir", help="the node directory (default ~/.hypertrain/node)")
+    parser.add_argument("--url", help="the coordinator (default http://127.0.0.1:8000)")
+    parser.add_argument("--handle", help="the handle to register (default: the server picks)")
+    parser.add_argument("--once", action="store_true", help="one lease poll, then exit")
+    parser.add_argument("--json", action="store_true", help="print a JSON summary at exit")
+    return parser
+
+
+async def _probe() -> Probed:
+    hardware, caps, described = await trio.to_thread.run_sync(probe_machine, abandon_on_cancel=True)
+    return Probed(hardware, tuple(caps), described)
+
+
+async def _serve(args: argparse.Namespace, url: str) -> tuple[int, NodeStatistics]:
+    code = EXIT_OK
+    async with NodeClient(url) as client:
+        runner = NodeRunner(
+            client=client,
+            directory=node_dir(args.dir, os.environ),
+            key_flag=args.key,
+            handle=args.handle,
+            probe=_probe,
+            score=run_scorer,
+            wall=SystemClock(),
+            say=_say,
+        )
+
+        stop = trio.CancelScope()
+
+        async def work() -> None:
+            nonlocal code
+            with stop:
+                code = await runner.run(once=args.once)
+
+        try:
+            async with open_supervisor(
+                grace=SHUTDOWN_GRACE_SECONDS, on_shutdown=stop.cancel
+            ) as supervisor:
+                supervisor.nursery.start_soon(work, name="hypertrain-node")
+        finally:
+            if args.json:
+                print_json(runner.statistics().to_json())
+        if supervisor.shutdown_requested:
+            _say("stopped (a job in progress is not posted; its lease expires without a strike)")
+    return code, runner.statistics()
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point: returns the exit status (module doc)."""
+    args = build_parser().parse_args(argv)
+    try:
+        url = coordinator_url(args.url, os.environ)
+        if args.handle is not None:
+            check_handle(args.handle)
+    except IdentityError as e:
+        return _fail(str(e), EXIT_USAGE)
+    except Malformed as e:
+        return _fail(f"--handle: {e.detail}", EXIT_USAGE)
+    try:
+        code, _ = trio.run(_serve, args, url)
+    except BaseException as e:  # the process boundary: one line, classified
+        for leaf in _leaves(e):
+            if isinstance(leaf, IdentityError | NodeFileError):
+                return _fail(str(leaf), EXIT_USAGE)
+            if isinstance(leaf, NodeFatal):
+                return _fail(str(leaf), EXIT_INVALID)
+            if isinstance(leaf, KeyboardInterrupt):
+                return EXIT_OK
+        raise
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

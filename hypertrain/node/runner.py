@@ -1,0 +1,380 @@
+"""The node's loop: probe, register, then lease, fetch, score and post, forever or once.
+
+:meth:`NodeRunner.run` promises (spec/compute-network.md section 1, DESIGN.md section 6):
+
+- **Start**: probe the machine (``probe``; production runs
+  :func:`~hypertrain.node.probe.probe_machine` in a worker thread), choose the key
+  (:func:`~hypertrain.node.identity.choose_key`: ``--key`` > node.json for the same origin >
+  mint), register, and save node.json (0600) after every successful register. A coordinator
+  that cannot be reached is retried with the loop's backoff (``--once``: exit 1); a refused
+  register (401, 409, 400) is :class:`NodeFatal`.
+- **Loop**: re-probe once :data:`CAPABILITY_REFRESH` seconds (Trio time) have passed since the
+  last probe; lease (a long poll; lease calls start at least ``min_poll_interval`` apart, so a
+  server answering ``{"job": null}`` at once cannot make the node spin). A job is parsed
+  (:class:`~hypertrain.node.offer.JobOffer`; malformed or hostile: abandoned) and checked against
+  the local registry (:func:`~hypertrain.node.offer.fit`; otherwise skipped with an "upgrade"
+  line). Its inputs are ensured in the cache (re-hashed before use; a mismatch abandons the
+  job), bounded by ``input_timeout``; linked into a private job directory; scored (``score``;
+  production :func:`~hypertrain.scoring.sandbox.run_scorer`); the result posted with the lease
+  token; the job directory dropped. An abandoned or skipped job posts nothing: its lease
+  expires without a strike. A post's 410 (late) or 409 is reported, not fatal.
+- **Disabled** (the lease's 403): one line with the re-enable time, then bounded sleeps
+  (at most ``disabled_recheck`` each) until then, and leasing again; never an exit (``--once``:
+  exit 1).
+- **Errors** (unreachable, 5xx, 429, other refusals) back off ``backoff_start`` doubling to
+  ``backoff_cap`` seconds, reset by the next successful lease. A 401 during the loop is
+  :class:`NodeFatal` (the key is gone on the coordinator).
+- **Stopping**: cancellation (Ctrl-C/SIGTERM through the supervisor) ends everything at once; a
+  job in progress is not posted; :meth:`NodeRunner.statistics` still answers.
+- **Output**: one line per event through ``say`` (stderr in production); never the key.
+
+``--once`` (:meth:`NodeRunner.run` with ``once=True``): one lease poll; returns 0 after an empty
+poll or a posted job (whatever the coordinator answered), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import attrs
+import trio
+
+from hypertrain.compute.keys import is_node_key
+from hypertrain.compute.model import iso_ms
+from hypertrain.node.cache import InputCache, InputMismatch
+from hypertrain.node.client import (
+    Disabled,
+    NodeClient,
+    NodeClientError,
+    Refused,
+    Unauthorized,
+    Unreachable,
+)
+from hypertrain.node.identity import choose_key, origin_of
+from hypertrain.node.nodefile import NodeRecord, load_record, save_record
+from hypertrain.node.offer import BadOffer, JobOffer, describe, fit, result_body
+from hypertrain.scoring.outcome import ScoreOutcome
+from hypertrain.scoring.registry import REGISTRY, Challenge
+from nurseries import WallClock
+
+__all__ = [
+    "CAPABILITY_REFRESH",
+    "DEFAULT_SETTINGS",
+    "LastJob",
+    "NodeFatal",
+    "NodeRunner",
+    "NodeStatistics",
+    "Probed",
+    "RunnerSettings",
+    "Turn",
+]
+
+CAPABILITY_REFRESH: Final = 600.0
+"""Seconds after which the next loop turn probes the machine again (node document)."""
+
+Turn = Literal["empty", "posted", "skipped", "abandoned", "disabled"]
+
+
+class NodeFatal(Exception):
+    """The node cannot go on (register refused, key unknown); exit status 1."""
+
+
+@attrs.frozen
+class Probed:
+    """What a probe found: the hardware class, capability ids, and the tools' one-liner."""
+
+    hardware: str
+    capabilities: tuple[str, ...]
+    described: str
+
+
+Probe = Callable[[], Awaitable[Probed]]
+Score = Callable[[Challenge, Mapping[str, Path]], Awaitable[ScoreOutcome]]
+Say = Callable[[str], None]
+
+
+@attrs.frozen(kw_only=True)
+class RunnerSettings:
+    """The loop's named timings (seconds)."""
+
+    capability_refresh: float = CAPABILITY_REFRESH
+    backoff_start: float = 1.0
+    backoff_cap: float = 60.0
+    min_poll_interval: float = 1.0
+    """Least time between the starts of two lease polls."""
+    disabled_min_wait: float = 5.0
+    disabled_recheck: float = 600.0
+    """Longest single sleep while disabled; the lease is asked again after it."""
+    input_timeout: float = 600.0
+    """All of a job's inputs must be in the cache within this."""
+    lease_wait_ms: int | None = None
+    """``wait_ms`` of the lease poll; None: the server's default (25 s)."""
+
+
+DEFAULT_SETTINGS: Final = RunnerSettings()
+
+
+@attrs.frozen
+class LastJob:
+    id: str
+    challenge: str
+    ok: bool
+    wall_ms: int
+    posted: str
+
+
+@attrs.frozen
+class NodeStatistics:
+    """Counters for the volunteer and the ``--json`` summary."""
+
+    node_id: str | None
+    handle: str | None
+    jobs: int
+    """Jobs scored."""
+    posted: int
+    """Results the coordinator answered (200, 409 or 410)."""
+    accepted: int
+    """Results answered 200."""
+    skipped: int
+    abandoned: int
+    last_job: LastJob | None
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+class NodeRunner:
+    """One node's life (module doc); build it in the composition root, then ``await run()``."""
+
+    def __init__(
+        self,
+        *,
+        client: NodeClient,
+        directory: Path,
+        key_flag: str | None,
+        handle: str | None,
+        probe: Probe,
+        score: Score,
+        wall: WallClock,
+        say: Say,
+        registry: Mapping[str, Challenge] = REGISTRY,
+        settings: RunnerSettings = DEFAULT_SETTINGS,
+    ) -> None:
+        self.client = client
+        self.directory = directory
+        self.cache = InputCache(directory)
+        self.key_flag = key_flag
+        self.handle = handle
+        self.origin = origin_of(client.base_url)
+        self._probe, self._score, self._wall, self._say = probe, score, wall, say
+        self.registry = registry
+        self.settings = settings
+        self._probed: Probed | None = None
+        self._probed_at = -float("inf")
+        self._last_lease_at = -float("inf")
+        self._disabled_seen: tuple[int | None, str] | None = None
+        self._backoff = settings.backoff_start
+        self._node_id: str | None = None
+        self._handle: str | None = None
+        self._counts = {"jobs": 0, "posted": 0, "accepted": 0, "skipped": 0, "abandoned": 0}
+        self._last_job: LastJob | None = None
+
+    def statistics(self) -> NodeStatistics:
+        return NodeStatistics(
+            node_id=self._node_id, handle=self._handle, last_job=self._last_job, **self._counts
+        )
+
+    # -- the loop ------------------------------------------------------------------------
+
+    async def run(self, *, once: bool = False) -> int:
+        """Register, then loop (module doc); returns only with ``once`` (its exit status)."""
+        while True:
+            try:
+                await self.register()
+                break
+            except Unreachable as e:
+                if once:
+                    raise NodeFatal(f"cannot register at {self.client.base_url}: {e}") from None
+                await self._back_off(f"cannot register at {self.client.base_url}: {e}")
+        self._backoff = self.settings.backoff_start
+        if once:
+            try:
+                turn = await self.turn(once=True)
+            except (Unreachable, Refused) as e:
+                self._say(f"lease failed: {e}")
+                return 1
+            return 0 if turn in ("empty", "posted") else 1
+        while True:
+            try:
+                await self.turn()
+            except (Unreachable, Refused) as e:
+                await self._back_off(str(e))
+
+    async def _back_off(self, why: str) -> None:
+        delay = self._backoff
+        self._backoff = min(self.settings.backoff_cap, self._backoff * 2)
+        self._say(f"{why}; retrying in {delay:g} s")
+        await trio.sleep(delay)
+
+    async def register(self) -> None:
+        """Probe, choose the key, register, save node.json (module doc)."""
+        record = load_record(self.directory)
+        key = choose_key(self.key_flag, record, self.origin, self.directory)
+        probed = await self._refresh_probe()
+        try:
+            answer = await self.client.register(
+                key, self.handle, probed.capabilities, probed.hardware
+            )
+        except (Unauthorized, Refused) as e:
+            raise NodeFatal(f"register refused by {self.client.base_url}: {e}") from None
+        minted = answer.get("key")
+        if key is None and not isinstance(minted, str):
+            raise NodeFatal("the coordinator minted no key")
+        key = minted if key is None else key
+        if not is_node_key(key):
+            raise NodeFatal("the coordinator minted a key of the wrong shape")
+        node_id, handle = answer.get("node_id"), answer.get("handle")
+        if not isinstance(node_id, str) or not isinstance(handle, str):
+            raise NodeFatal("the register answer has no node_id or handle")
+        record = NodeRecord(
+            key=str(key),
+            node_id=node_id,
+            handle=handle,
+            coordinator=self.origin,
+            saved_at=int(self._wall.now()),
+        )
+        path = save_record(self.directory, record)  # NodeFileError: exit 2
+        self.client.use_key(record.key)
+        self._node_id, self._handle = node_id, handle
+        saved = "new key saved in" if minted is not None else "key saved in"
+        self._say(
+            f"registered as {handle} (node {node_id}) at {self.client.base_url}; {saved} {path}"
+        )
+
+    async def _refresh_probe(self) -> Probed:
+        now = trio.current_time()
+        if self._probed is not None and now - self._probed_at < self.settings.capability_refresh:
+            return self._probed
+        probed = await self._probe()
+        self._probed_at = trio.current_time()
+        if self._probed is None or attrs.astuple(probed) != attrs.astuple(self._probed):
+            can = ", ".join(probed.capabilities) or "nothing (no job will be offered)"
+            self._say(f"can run: {can} on {probed.hardware} ({probed.described})")
+        self._probed = probed
+        return probed
+
+    async def turn(self, *, once: bool = False) -> Turn:
+        """One lease poll and, if a job comes, that job (module doc)."""
+        probed = await self._refresh_probe()
+        await trio.sleep_until(self._last_lease_at + self.settings.min_poll_interval)
+        self._last_lease_at = trio.current_time()
+        try:
+            job = await self.client.lease(
+                probed.capabilities, probed.hardware, self.settings.lease_wait_ms
+            )
+        except Disabled as e:
+            await self._disabled(e, once)
+            return "disabled"
+        except Unauthorized as e:
+            raise NodeFatal(f"the coordinator no longer knows this node's key: {e}") from None
+        self._backoff = self.settings.backoff_start
+        self._disabled_seen = None
+        if job is None:
+            return "empty"
+        return await self._job(job)
+
+    async def _disabled(self, e: Disabled, once: bool) -> None:
+        now_ms = round(self._wall.now() * 1000)
+        seen = (e.reenable_at_ms, e.detail)
+        if self._disabled_seen != seen:
+            self._disabled_seen = seen
+            until = e.reenable_at or (
+                iso_ms(e.reenable_at_ms) if e.reenable_at_ms is not None else "further notice"
+            )
+            waiting = "" if once else "; waiting"
+            self._say(f"disabled until {until} ({e.detail}){waiting}")
+        if once:
+            return
+        wait = self.settings.disabled_recheck
+        if e.reenable_at_ms is not None:
+            wait = min(
+                wait, max(self.settings.disabled_min_wait, (e.reenable_at_ms - now_ms) / 1000)
+            )
+        await trio.sleep(wait)
+
+    # -- one job -------------------------------------------------------------------------
+
+    def _drop(self, kind: Literal["skipped", "abandoned"], name: str, why: str) -> Turn:
+        self._counts[kind] += 1
+        self._say(f"job {name} {kind}: {why}; nothing posted (the lease expires, no strike)")
+        return kind
+
+    async def _job(self, job: dict[str, Any]) -> Turn:
+        name = str(job.get("id"))[:80]
+        try:
+            offer = JobOffer.from_json(job)
+        except BadOffer as e:
+            return self._drop("abandoned", repr(name), f"malformed offer ({e})")
+        challenge = fit(offer, self.registry)
+        if isinstance(challenge, str):
+            why = f"{challenge}; upgrade hypertrain on this node to run such jobs"
+            return self._drop("skipped", f"{offer.copy_id} {offer.label}", why)
+        label = f"{offer.copy_id} {offer.label}"
+        try:
+            with trio.fail_after(self.settings.input_timeout):
+                for spec in offer.inputs:
+                    await self.cache.ensure(
+                        spec, lambda s: self.client.fetch_input(offer.copy_id, offer.lease, s)
+                    )
+            paths = self.cache.link_job(offer.copy_id, offer.inputs)
+        except (InputMismatch, OSError) as e:
+            return self._drop("abandoned", label, str(e))
+        except trio.TooSlowError:
+            why = f"inputs not in the cache within {self.settings.input_timeout:g} s"
+            return self._drop("abandoned", label, why)
+        except Unreachable:
+            self._drop("abandoned", label, "an input could not be downloaded")
+            raise
+        except NodeClientError as e:
+            return self._drop("abandoned", label, f"input download refused ({e})")
+        try:
+            outcome = await self._score(challenge, paths)
+        except Exception as e:  # the scorer could not start (OSError) or a bug: no verdict
+            return self._drop("abandoned", label, f"the scorer did not run ({e!r})")
+        finally:
+            self.cache.drop_job(offer.copy_id)
+        self._counts["jobs"] += 1
+        return await self._post(offer, challenge, outcome, label)
+
+    async def _post(
+        self, offer: JobOffer, challenge: Challenge, outcome: ScoreOutcome, label: str
+    ) -> Turn:
+        done = describe(challenge, outcome)
+        try:
+            answer = await self.client.post_result(offer.copy_id, result_body(offer, outcome))
+        except Unreachable:
+            self._record(offer, outcome, "not delivered")
+            self._say(f"job {label}: {done} -> not delivered")
+            raise
+        except Unauthorized as e:
+            raise NodeFatal(f"the coordinator no longer knows this node's key: {e}") from None
+        except Refused as e:
+            self._record(offer, outcome, f"refused: {e}")
+            self._say(f"job {label}: {done} -> refused ({e})")
+            return "abandoned"
+        self._counts["posted"] += 1
+        self._counts["accepted"] += answer.accepted
+        self._record(offer, outcome, answer.describe())
+        c = self._counts
+        self._say(
+            f"job {label}: {done} -> {answer.describe()}"
+            f" [{c['jobs']} done, {c['posted']} posted, {c['accepted']} accepted]"
+        )
+        return "posted"
+
+    def _record(self, offer: JobOffer, outcome: ScoreOutcome, posted: str) -> None:
+        self._last_job = LastJob(
+            offer.copy_id, offer.challenge, outcome.ok, outcome.wall_ms, posted
+        )

@@ -1,0 +1,171 @@
+"""The node's HTTP client (retries, caps, one origin), its URL rules and the CLI's usage errors."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+import trio.testing
+
+from hypertrain.compute.keys import mint_key
+from hypertrain.node.cache import InputCache, InputMismatch, InputSpec
+from hypertrain.node.client import NodeClient, Refused, RetryPolicy, Unreachable
+from hypertrain.node.identity import IdentityError, coordinator_url, origin_of
+from hypertrain.node.main import main
+
+URL = "http://127.0.0.1:8000"
+KEY = mint_key()
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def _client(handler: Handler, **kwargs: object) -> NodeClient:
+    client = NodeClient(URL, transport=httpx.MockTransport(handler), jitter=lambda: 1.0, **kwargs)  # type: ignore[arg-type]
+    client.use_key(KEY)
+    return client
+
+
+def _streamed(data: bytes) -> httpx.Response:
+    async def body() -> AsyncIterator[bytes]:
+        yield data
+
+    return httpx.Response(200, content=body(), headers={"Content-Length": str(len(data))})
+
+
+def _result_handler(script: list[int | type[Exception]], seen: list[float]) -> Handler:
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(trio.current_time())
+        step = script.pop(0) if script else 200
+        if isinstance(step, int):
+            return httpx.Response(step, json={"copy": "j1.1", "status": "counted", "detail": "x"})
+        raise step("network down")
+
+    return handler
+
+
+async def test_the_result_post_retries_network_errors_only(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    seen: list[float] = []
+    async with _client(_result_handler([httpx.ConnectError, httpx.ReadTimeout], seen)) as client:
+        answer = await client.post_result("j1.1", {"lease": "lt_x", "ok": True, "result": {}})
+    assert (answer.accepted, answer.status) == (True, "counted")
+    assert [round(b - a, 3) for a, b in itertools.pairwise(seen)] == [0.5, 1.0]
+    seen.clear()
+    async with _client(_result_handler([503], seen)) as client:
+        with pytest.raises(Refused, match="503"):
+            await client.post_result("j1.1", {"lease": "lt_x", "ok": True, "result": {}})
+    assert len(seen) == 1
+    seen.clear()
+    async with _client(_result_handler([httpx.ConnectError] * 9, seen)) as client:
+        with pytest.raises(Unreachable, match="ConnectError"):
+            await client.post_result("j1.1", {"lease": "lt_x", "ok": True, "result": {}})
+    assert len(seen) == RetryPolicy().attempts
+    async with _client(_result_handler([410], seen)) as client:
+        late = await client.post_result("j1.1", {"lease": "lt_x", "ok": True, "result": {}})
+    assert (late.accepted, late.http_status) == (False, 410)
+    async with _client(_result_handler([], seen)) as client:
+        with pytest.raises(Refused, match="over 65536 bytes"):
+            await client.post_result("j1.1", {"lease": "lt_x", "ok": False, "error": "x" * 70_000})
+
+
+async def test_a_mint_is_not_repeated_once_the_request_may_have_arrived(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    seen: list[float] = []
+    async with _client(_result_handler([httpx.ReadTimeout], seen)) as client:
+        with pytest.raises(Unreachable):
+            await client.register(None, None, ["delta-loss"], "cpu-generic")
+    assert len(seen) == 1
+    seen.clear()
+    async with _client(_result_handler([httpx.ConnectError, 502], seen)) as client:
+        with pytest.raises(Unreachable):
+            await client.register(None, None, ["delta-loss"], "cpu-generic")
+    assert len(seen) == 2
+    seen.clear()
+    async with _client(_result_handler([502, httpx.ReadTimeout], seen)) as client:
+        answer = await client.register(KEY, None, ["delta-loss"], "cpu-generic")
+    assert answer["status"] == "counted"
+    assert len(seen) == 3
+
+
+async def test_inputs_stream_from_the_coordinator_only_with_the_declared_size_as_a_cap(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    data = b"trace" * 1000
+    spec = InputSpec("trace.u16", hashlib.sha256(data).hexdigest(), len(data))
+    script: list[httpx.Response] = [
+        httpx.Response(503, json={"detail": "stopping"}),
+        _streamed(data),
+    ]
+    requests: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        return script.pop(0)
+
+    cache = InputCache(tmp_path)
+    async with _client(handler) as client:
+        path = await cache.ensure(spec, lambda s: client.fetch_input("j1.1", "lt_tok", s))
+        assert path.read_bytes() == data
+        assert [str(r.url) for r in requests] == [
+            f"{URL}/v1/compute/jobs/j1.1/inputs/trace.u16"
+        ] * 2
+        assert requests[1].headers["authorization"] == f"Bearer {KEY}"
+        assert requests[1].headers["x-ht-lease"] == "lt_tok"
+        assert requests[1].headers["accept-encoding"] == "identity"
+        other = InputSpec("state.bin", spec.sha256, len(data) - 1)
+        script.append(_streamed(data))
+        with pytest.raises(InputMismatch, match="offers 5000 bytes, declared 4999"):
+            await cache.ensure(other, lambda s: client.fetch_input("j1.1", "lt_tok", s))
+        script.append(httpx.Response(302, headers={"Location": "https://evil.example/x"}))
+        with pytest.raises(Refused, match="redirect refused"):
+            await cache.ensure(other, lambda s: client.fetch_input("j1.1", "lt_tok", s))
+    assert all(r.url.host == "127.0.0.1" for r in requests)
+    assert not (tmp_path / "cache" / spec.sha256).with_name("state.bin").exists()
+
+
+def test_the_coordinator_url_is_https_or_loopback_http() -> None:
+    assert coordinator_url(None, {}) == URL
+    assert coordinator_url(None, {"HYPERTRAIN_COORDINATOR_URL": "https://c.example/"}) == (
+        "https://c.example"
+    )
+    assert coordinator_url("http://localhost:9/", {"HYPERTRAIN_COORDINATOR_URL": "x"}) == (
+        "http://localhost:9"
+    )
+    for bad in ("http://c.example", "ftp://c.example", "https://u:p@c.example", "https://c/?q=1"):
+        with pytest.raises(IdentityError):
+            coordinator_url(bad, {})
+    assert origin_of("HTTPS://C.example:443/api") == "https://c.example"
+    assert origin_of("http://[::1]:8000") == "http://[::1]:8000"
+
+
+def test_main_reports_usage_errors_in_one_line_with_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--url", "http://c.example"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("hypertrain-node: coordinator URL")
+    assert main(["--key", "ht_nope", "--dir", str(tmp_path), "--once"]) == 2
+    captured = capsys.readouterr()
+    assert (
+        captured.err
+        == "hypertrain-node: --key: not a node key (ht_ followed by 32 letters and digits)\n"
+    )
+    assert main(["--handle", "../x", "--dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("hypertrain-node: --handle:")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--bogus"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    (tmp_path / "node.json").write_text(json.dumps({"key": KEY}))
+    (tmp_path / "node.json").chmod(0o644)
+    assert main(["--dir", str(tmp_path), "--once"]) == 2
+    assert "lets others read it" in capsys.readouterr().err
