@@ -33,6 +33,7 @@ from hypertrain.compute.answers import Answer, parse_body
 from hypertrain.compute.keys import secret_matches
 from hypertrain.compute.ledger import set_verdict
 from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event, Node, iso_ms
+from hypertrain.compute.nodes import get_node
 from hypertrain.compute.rows import Copy, counted, get_copy, get_job
 from hypertrain.compute.rules import decide, judge
 from hypertrain.compute.transitions import apply_decision, expire_copy, queue_copy
@@ -123,7 +124,12 @@ def submit_result(
         assert job.result is not None
         verdict = judge(challenge, Answer.from_json(job.result), answer)
         events += set_verdict(conn, get_copy(conn, copy_id), verdict, now_ms, settings)
-        judged = {"copy": copy_id, "status": "judged", "verdict": verdict}
+        judged = {
+            "copy": copy_id,
+            "status": "judged",
+            "verdict": verdict,
+            "compute_credits": get_node(conn, node.node_id).compute_credits,
+        }
         return _respond(conn, copy_id, judged, events)
     decision = decide(challenge, [c.answer for c in answered if c.answer is not None])
     events += apply_decision(conn, job, challenge, answered, decision, now_ms, settings)
@@ -134,5 +140,6 @@ def submit_result(
         "status": "counted",
         "verdict": after.verdict,
         "job_state": state,
+        "compute_credits": get_node(conn, node.node_id).compute_credits,
     }
     return _respond(conn, copy_id, reply, events)

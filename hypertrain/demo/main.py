@@ -2,7 +2,7 @@
 
 ::
 
-    hypertrain-daemon --demo [--rounds N] [--miners M] [--port P] [--keep DIR]
+    hypertrain-daemon --demo [--rounds N] [--miners M] [--nodes K] [--port P] [--keep DIR]
 
 What it does, in order (every wait bounded; the files are described in
 :mod:`hypertrain.demo.workspace`):
@@ -18,10 +18,13 @@ What it does, in order (every wait bounded; the files are described in
 4. the CPU test-mode manifest (``hypertrain manifest example``) over that dataset and chain,
    sealed by the owner; over the admin API: create the run, register the dataset, configure
    ``N`` rounds, admit ``M`` miners;
-5. ``M`` ``hypertrain-miner run`` children talking HTTP to the daemon; once each waits for
-   round 0, the run is unpaused;
-6. a live table, one line whenever a round's state, uploads, update norm, clipped count or
-   held-out loss changes (:mod:`hypertrain.demo.table`), then a summary.
+5. ``M`` ``hypertrain-miner run`` children and ``K`` ``hypertrain-node`` children (the compute
+   network that scores every uploaded delta; scoring window :data:`COMPUTE_WAIT_MS`), all
+   talking HTTP to the daemon; once each miner waits for round 0, the run is unpaused;
+6. a live table, one line whenever a round's state, uploads, update norm, clipped count,
+   held-out loss or scoring changes (:mod:`hypertrain.demo.table`), then a summary. The demo
+   ends once ``N`` rounds were merged and evaluated and every scoring step of their deltas
+   settled (by agreement, a third copy or the fallback).
 
 Exit status: 0 when ``N`` rounds were applied and the held-out loss of the last merged theta is
 below that of theta(0); 1 otherwise, with the reason (and the tail of the failing child's log);
@@ -65,6 +68,11 @@ SETUP_SECONDS: Final = 120.0
 """Bound for everything before the run is unpaused."""
 ROUND_SECONDS: Final = 45.0
 """Bound per round (a round takes about 15 s: 2 + 8 + 4 drand rounds of 1 s, plus the merge)."""
+SCORING_SECONDS: Final = 120.0
+"""Bound, after the last merge, for the last round's scoring steps to settle."""
+COMPUTE_WAIT_MS: Final = 60_000
+"""The demo's scoring window: volunteers on one busy machine get a minute per step."""
+MAX_NODES: Final = 16
 POLL_SECONDS: Final = 0.5
 STOP_GRACE: Final = 10.0
 HTTP_TIMEOUT: Final = 30.0
@@ -80,6 +88,7 @@ class DemoOptions:
 
     rounds: int = 3
     miners: int = 3
+    nodes: int = 2
     port: int = 0
     keep: Path | None = None
 
@@ -87,6 +96,12 @@ class DemoOptions:
 def _port(value: str) -> int:
     if not value.isdigit() or not 0 <= int(value) <= 65535:
         raise argparse.ArgumentTypeError(f"{value!r} is not a port number (0..65535)")
+    return int(value)
+
+
+def _count(value: str) -> int:
+    if not value.isdigit() or int(value) > MAX_NODES:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a count 0..{MAX_NODES}")
     return int(value)
 
 
@@ -99,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--rounds", type=positive_int_arg, default=3, metavar="N")
     parser.add_argument("--miners", type=positive_int_arg, default=3, metavar="M")
+    parser.add_argument(
+        "--nodes",
+        type=_count,
+        default=2,
+        metavar="K",
+        help="hypertrain-node processes scoring the deltas (default 2; 0: the daemon's fallback)",
+    )
     parser.add_argument(
         "--port", type=_port, default=0, metavar="P", help="daemon port (default: any free one)"
     )
@@ -133,8 +155,9 @@ class _Admin:
 async def _start_daemon(children: Children, ws: Workspace, port: int) -> tuple[Child, str]:
     argv = [sys.executable, "-m", "hypertrain.daemon", "--host", "127.0.0.1", "--port", str(port)]
     argv += ["--beacon", "local", "--local-period", "1"]
+    env = ws.daemon_env() | {"HYPERTRAIN_COMPUTE_WAIT_MS": str(COMPUTE_WAIT_MS)}
     daemon = await children.start(
-        "hypertrain-daemon", argv, env=ws.daemon_env(), stdout=ws.daemon_out, stderr=ws.daemon_log
+        "hypertrain-daemon", argv, env=env, stdout=ws.daemon_out, stderr=ws.daemon_log
     )
     line = await daemon.wait_for_line(lambda s: s.startswith(LISTENING), STARTUP_SECONDS)
     return daemon, line[len(LISTENING) :].strip()
@@ -170,7 +193,7 @@ async def _launch(
     say(
         f"demo: run {run_id[:16]} ({manifest.model.param_count:,} parameters,"
         f" H={manifest.inner.H} inner steps a round), {options.miners} miners,"
-        f" {options.rounds} rounds"
+        f" {options.nodes} compute nodes, {options.rounds} rounds"
     )
     miners = []
     for home in homes:
@@ -180,6 +203,19 @@ async def _launch(
             await children.start(
                 home.name, argv, env={}, stdout=home.stdout, stderr=home.stderr, cwd=home.home
             )
+        )
+    for i in range(options.nodes):
+        node_dir = ws.root / "nodes" / f"node-{i}"
+        node_dir.mkdir(parents=True)
+        argv = [sys.executable, "-m", "hypertrain.node", "--url", url, "--dir", str(node_dir)]
+        argv += ["--handle", f"demo-node-{i}"]
+        await children.start(
+            f"node-{i}",
+            argv,
+            env={},
+            stdout=node_dir / "stdout.txt",
+            stderr=node_dir / "stderr.txt",
+            cwd=node_dir,
         )
     for miner in miners:
         await miner.wait_for_line(
@@ -208,7 +244,7 @@ async def _watch(
     table = Table()
     initial: float | None = None
     say(HEADER)
-    with trio.move_on_after(ROUND_SECONDS * options.rounds):
+    with trio.move_on_after(ROUND_SECONDS * options.rounds + SCORING_SECONDS):
         while True:
             _check_children(daemon, miners)
             run = (await client.get(f"/v1/runs/{run_id}")).json()
@@ -272,7 +308,9 @@ def main(argv: Sequence[str]) -> int:
         args = build_parser().parse_args(list(argv))
     except SystemExit as e:
         return EXIT_USAGE if e.code else EXIT_OK
-    options = DemoOptions(rounds=args.rounds, miners=args.miners, port=args.port, keep=args.keep)
+    options = DemoOptions(
+        rounds=args.rounds, miners=args.miners, nodes=args.nodes, port=args.port, keep=args.keep
+    )
     try:
         return trio.run(run_demo, options)
     except KeyboardInterrupt:

@@ -156,9 +156,16 @@ class PostAnswer:
     def accepted(self) -> bool:
         return self.http_status == 200
 
+    @property
+    def credits(self) -> int | None:
+        """The node's compute credits after this answer, when the coordinator said."""
+        value = self.body.get("compute_credits")
+        return value if type(value) is int else None
+
     def describe(self) -> str:
         if self.http_status == 200:
-            return self.status or "accepted"
+            earned = "" if self.credits is None else f", {self.credits} credits earned"
+            return (self.status or "accepted") + earned
         if self.http_status == 410:
             return f"late, not counted ({self.detail})"
         return f"refused: {self.detail}"

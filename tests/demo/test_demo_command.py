@@ -1,9 +1,10 @@
 """The README's first command, run as a user runs it: ``bin/hypertrain-daemon --demo``.
 
-Real processes on real sockets: the launcher, the daemon, two miners. Checked: the first line
-is the daemon's URL, the table and summary are printed, the exit status is 0 because both
-rounds were applied and the held-out loss fell, the kept files are where it said, and no child
-outlives the demo.
+Real processes on real sockets: the launcher, the daemon, two miners and two ``hypertrain-node``
+processes. Checked: the first line is the daemon's URL, the table and summary are printed,
+every scoring step of both rounds was settled by the two nodes' agreement (issue 8's
+real-socket test), the exit status is 0 because both rounds were applied and the held-out loss
+fell, the kept files are where it said, and no child outlives the demo.
 """
 
 from __future__ import annotations
@@ -54,19 +55,24 @@ def test_the_demo_applies_two_rounds_and_the_held_out_loss_falls(tmp_path: Path)
     out = done.stdout.splitlines()
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.fullmatch(r"daemon: http://127\.0\.0\.1:\d+", out[0]), out[:3]
-    assert "round  state          uploaded  update norm  clipped  held-out loss" in out
+    header = "round  state          uploaded  update norm  clipped  held-out loss"
+    assert f"{header}  scored agree/3rd/fb" in out
     merged = [
         line
         for line in out
-        if re.fullmatch(r"\s+[01]  \w+\s+2/2\s+\d+\.\d{4}\s+\d\s+\d+\.\d{4}", line)
+        if re.fullmatch(r"\s+[01]  \w+\s+2/2\s+\d+\.\d{4}\s+\d\s+\d+\.\d{4}\s+4/0/0 of 4", line)
     ]
-    assert [int(line.split()[0]) for line in merged] == [0, 1], out
+    assert {int(line.split()[0]) for line in merged} == {0, 1}, out
     summary = [line for line in out if line.startswith("summary: ")]
     assert summary[0].startswith("summary: 2/2 rounds applied in "), summary
     assert summary[0].endswith("; 4/4 deltas uploaded, " + summary[0].split()[-2] + " preclipped")
+    # Two hypertrain-node processes scored every delta (public and hidden trace) and agreed.
+    assert summary[1] == (
+        "summary: 8 scoring steps; settled by agreement 8, by a third copy 0, by the fallback 0"
+    )
     loss = re.fullmatch(
         r"summary: held-out loss (\d+\.\d+) at theta\(0\) -> (\d+\.\d+) at theta\(2\) .*",
-        summary[1],
+        summary[2],
     )
     assert loss is not None, summary
     assert float(loss[2]) < float(loss[1]), summary
@@ -74,6 +80,8 @@ def test_the_demo_applies_two_rounds_and_the_held_out_loss_falls(tmp_path: Path)
     # The files were kept where it said, and nothing it started is still running.
     assert (keep / "state" / "challenge.db").is_file()
     assert sorted(p.name for p in (keep / "miners").iterdir()) == ["miner-0", "miner-1"]
+    assert sorted(p.name for p in (keep / "nodes").iterdir()) == ["node-0", "node-1"]
+    assert oct((keep / "nodes" / "node-0" / "node.json").stat().st_mode & 0o777) == "0o600"
     assert _alive_under(keep) == []
 
 

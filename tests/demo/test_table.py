@@ -20,6 +20,10 @@ def _view(w: int, state: str, statuses: list[str], **merged: Any) -> dict[str, A
     }
 
 
+def _job(how: str | None) -> dict[str, Any]:
+    return {"state": "queued" if how is None else "settled", "how": how}
+
+
 def _merged(w: int, norm: float, clipped: int, before: float, after: float | None) -> RoundRow:
     view = _view(
         w,
@@ -29,6 +33,7 @@ def _merged(w: int, norm: float, clipped: int, before: float, after: float | Non
         clipped=clipped,
         heldout_loss=before,
         heldout_loss_after=after,
+        jobs=[_job("agreement"), _job("agreement"), _job("third-copy"), _job("fallback")],
     )
     return RoundRow.from_view(view)
 
@@ -36,14 +41,36 @@ def _merged(w: int, norm: float, clipped: int, before: float, after: float | Non
 def test_a_row_counts_uploads_and_shows_dashes_until_the_merge() -> None:
     row = RoundRow.from_view(_view(4, "TRAINING", ["UPLOADED", "ACCEPTED", "ASSIGNED"]))
     assert (row.uploaded, row.rostered, row.merged, row.complete) == (1, 3, False, False)
-    assert row.line() == "    4  TRAINING            1/3            -        -              -"
+    assert row.line() == (
+        "    4  TRAINING            1/3            -        -              -           0/0/0 of 0"
+    )
     assert len(row.line()) == len(HEADER)
 
 
 def test_a_merged_row_shows_norm_clipped_and_the_loss_after_the_merge() -> None:
     row = _merged(0, 0.80954, 2, 5.557, 5.05391)
     assert row.complete
-    assert row.line() == "    0  APPLIED             2/3       0.8095        2         5.0539"
+    assert row.line() == (
+        "    0  APPLIED             2/3       0.8095        2         5.0539           2/1/1 of 4"
+    )
+
+
+def test_a_round_is_complete_only_once_every_scoring_step_settled() -> None:
+    merged = _merged(0, 0.8, 2, 5.5, 5.0)
+    assert merged.complete
+    pending = _view(
+        0,
+        "APPLIED",
+        ["UPLOADED", "UPLOADED"],
+        update_norm=0.8,
+        clipped=0,
+        heldout_loss_after=5.0,
+        jobs=[_job("agreement"), _job(None), _job("agreement"), _job("fallback")],
+    )
+    assert not RoundRow.from_view(pending).complete
+    # The feed has not enqueued the second upload's steps yet.
+    early = {**pending, "jobs": [_job("agreement"), _job("agreement")]}
+    assert not RoundRow.from_view(early).complete
 
 
 def test_the_table_prints_a_round_only_when_its_line_changes() -> None:
@@ -76,8 +103,10 @@ def test_the_summary_adds_up_the_merged_rounds() -> None:
     rows = [_merged(0, 1.0, 2, 5.5, 5.0), _merged(1, 1.0, 1, 5.0, 4.4)]
     assert summary_lines(rows, 2, 5.5, 41.04) == [
         "summary: 2/2 rounds applied in 41.0 s; 4/6 deltas uploaded, 3 preclipped",
+        "summary: 8 scoring steps; settled by agreement 4, by a third copy 2, by the fallback 2",
         "summary: held-out loss 5.5000 at theta(0) -> 4.4000 at theta(2) (-20.0%)",
     ]
     assert summary_lines([], 2, None, 3.0) == [
-        "summary: 0/2 rounds applied in 3.0 s; 0/0 deltas uploaded, 0 preclipped"
+        "summary: 0/2 rounds applied in 3.0 s; 0/0 deltas uploaded, 0 preclipped",
+        "summary: 0 scoring steps; settled by agreement 0, by a third copy 0, by the fallback 0",
     ]
