@@ -6,7 +6,9 @@
 ``GET /v1/compute/jobs/{id}/inputs/{name}``    node key + ``X-HT-Lease``; one input's bytes
 ``POST /v1/compute/jobs/{id}/result``          node key; the copy's answer (<= 64 KiB)
 ``GET /v1/compute/status``                     public live view
+``GET /v1/compute/steps/{job}``                public: one scoring step's state and result
 ``GET /compute``                               the live view as an HTML page
+``POST /v1/admin/compute/benchmark``           admin: measure the nodes' hardware
 =============================================  ==============================================
 
 Node keys travel as ``Authorization: Bearer ht_...``: missing, malformed or unknown -> 401
@@ -28,6 +30,13 @@ otherwise, 404 unknown copy or name); every download of a hidden trace is logged
 as a ``trace`` event naming the node. Result: the book's answer is returned as is (200, or 410
 for a late post that counts for nothing); 4xx errors change nothing. Events go out on
 ``/v1/events`` as kind ``compute`` (:mod:`.computehub`).
+
+Benchmark (admin, ``{run_id?}``; default the only running run): one ``step-throughput`` step
+(tokens per second of reference training steps of the run's model, from its newest round's
+start state on its public trace) for the nodes of its hardware class (``cpu-generic``); two
+answers agree within the challenge's tolerance band; a timing step is never scored by the
+fallback (the daemon is not of that class). One step per round (asking again answers the same
+job). ``GET /v1/compute/steps/{job}`` shows its result.
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ from quart_trio import QuartTrio
 from hypertrain.compute import (
     Node,
     authenticate,
+    enqueue_step,
     iso_ms,
     lease,
     register_node,
@@ -54,12 +64,15 @@ from hypertrain.compute import (
     trace_event,
 )
 from hypertrain.compute.rows import get_copy, get_job
-from hypertrain.coordinator.auth import bearer_token
+from hypertrain.coordinator.auth import bearer_token, require_admin
 from hypertrain.coordinator.computehub import WORK, publish_compute
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.http import json_response, read_body, stopping_response
-from hypertrain.protocol.errors import AuthError, Forbidden, Malformed, NotFound
+from hypertrain.coordinator.runs import get_run, list_runs, next_round_w
+from hypertrain.coordinator.scorefeed import ScoreFeed
+from hypertrain.protocol.errors import AuthError, Conflict, Forbidden, Malformed, NotFound
 from hypertrain.protocol.jcs import parse_json
+from hypertrain.scoring.registry import STEP_THROUGHPUT
 from nurseries import Notified, Stopping
 
 __all__ = ["BODY_LIMIT", "LEASE_HEADER", "LONG_POLL_MS", "input_of", "register"]
@@ -109,6 +122,25 @@ def input_of(
         if item["name"] == name:
             return str(item["sha256"]), job.step == "hidden" and name == HIDDEN_TRACE, job.challenge
     raise NotFound(f"copy {copy_id} has no input {name!r:.80}")
+
+
+def benchmark_target(conn: sqlite3.Connection, run_id: str | None) -> tuple[str, int]:
+    """``(run_id, newest round)`` of a benchmark: the named run, else the only running one."""
+    if run_id is None:
+        running = [r for r, status in list_runs(conn) if status == "running"]
+        if len(running) != 1:
+            raise Conflict(f"name the run: {len(running)} runs are running")
+        run_id = running[0]
+    get_run(conn, run_id)
+    w = next_round_w(conn, run_id) - 1
+    if w < 0:
+        raise Conflict(f"run {run_id} has no round yet")
+    return run_id, w
+
+
+def job_view(conn: sqlite3.Connection, job_id: str) -> dict[str, Any]:
+    """A scoring step's public view (``Job.score_json``); 404 unknown."""
+    return get_job(conn, job_id).score_json()
 
 
 def _page() -> str:
@@ -229,6 +261,46 @@ def register(app: QuartTrio, ctx: Coordinator) -> None:
         hub.fallback_changed()
         return json_response(answer, code)
 
+    inputs = ScoreFeed(ctx, ctx.settings.holdout_dir)
+
+    async def post_benchmark() -> Response:
+        await require_admin(ctx)
+        body = await _body()
+        named = body.get("run_id")
+        if set(body) - {"run_id"} or (named is not None and not isinstance(named, str)):
+            raise Malformed('the body is {} or {"run_id": ID}')
+        run_id, w = await ctx.db.read(benchmark_target, named)
+        model = await inputs.shared(run_id, "model")
+        state = await inputs.start_state(run_id, w)
+        trace = await inputs.shared(run_id, "public")
+        if model is None or state is None or trace is None:
+            raise Conflict(
+                f"run {run_id} round {w}: no start state or no registered dataset to measure on"
+            )
+        files = [
+            {"name": name, "sha256": sha, "size": size}
+            for name, (sha, size) in zip(STEP_THROUGHPUT.inputs, (model, state, trace), strict=True)
+        ]
+        job_id, events = await ctx.db.write(
+            partial(
+                enqueue_step,
+                challenge_id=STEP_THROUGHPUT.id,
+                subject={"run_id": run_id, "w": w, "benchmark": STEP_THROUGHPUT.id},
+                step="public",
+                inputs=files,
+                now_ms=_now_ms(ctx),
+                wait_ms=hub.settings.wait_ms,
+                settings=hub.settings,
+            )
+        )
+        publish_compute(ctx.events, events)
+        hub.work_changed()
+        hub.timers_changed()
+        return json_response({"job": job_id, "run_id": run_id, "w": w})
+
+    async def get_job_view(job_id: str) -> Response:
+        return json_response(await ctx.db.read(job_view, job_id))
+
     async def get_status() -> Response:
         view = await ctx.db.read(partial(status, settings=hub.settings), _now_ms(ctx))
         return json_response(view)
@@ -245,4 +317,8 @@ def register(app: QuartTrio, ctx: Coordinator) -> None:
         "/v1/compute/jobs/<copy_id>/result", "compute.result", post_result, methods=["POST"]
     )
     app.add_url_rule("/v1/compute/status", "compute.status", get_status, methods=["GET"])
+    app.add_url_rule("/v1/compute/steps/<job_id>", "compute.step", get_job_view, methods=["GET"])
+    app.add_url_rule(
+        "/v1/admin/compute/benchmark", "compute.benchmark", post_benchmark, methods=["POST"]
+    )
     app.add_url_rule("/compute", "compute.page", get_page, methods=["GET"])

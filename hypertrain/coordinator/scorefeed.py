@@ -173,7 +173,7 @@ class ScoreFeed:
         await self.ctx.db.write(put_input, run_id, kind, info, int(self.ctx.wall.now()))
         return info.sha256, info.size
 
-    async def _shared(self, run_id: str, kind: Kind) -> tuple[str, int] | None:
+    async def shared(self, run_id: str, kind: Kind) -> tuple[str, int] | None:
         """The run's ``kind`` object, built on first use (module doc); None when it cannot be."""
         found = await self.ctx.db.read(get_input, run_id, kind)
         if found is not None:
@@ -201,7 +201,9 @@ class ScoreFeed:
             return None
         return await self._store(run_id, kind, _rows_bytes(rows))
 
-    async def _start_state(self, run_id: str, w: int) -> tuple[str, int] | None:
+    async def start_state(self, run_id: str, w: int) -> tuple[str, int] | None:
+        """Round ``w``'s published start state (round 0: the genesis, stored on first use);
+        None while a later round's is not published."""
         state = await self.ctx.db.read(get_round_state, run_id, w)
         if state is not None:
             sha = state.theta_start_sha256
@@ -216,14 +218,14 @@ class ScoreFeed:
 
     async def feed(self, upload: Upload) -> int:
         """Enqueue the scoring steps of one upload; how many were enqueued."""
-        model = await self._shared(upload.run_id, "model")
-        state = await self._start_state(upload.run_id, upload.w)
-        public = await self._shared(upload.run_id, "public")
+        model = await self.shared(upload.run_id, "model")
+        state = await self.start_state(upload.run_id, upload.w)
+        public = await self.shared(upload.run_id, "public")
         if model is None or state is None or public is None:
             return 0
         delta = (upload.delta_hash, self.ctx.objects.size_of(upload.delta_hash))
         traces = {"public": public}
-        hidden = await self._shared(upload.run_id, "hidden")
+        hidden = await self.shared(upload.run_id, "hidden")
         if hidden is not None:
             traces["hidden"] = hidden
         now_ms = int(self.ctx.wall.now() * 1000)

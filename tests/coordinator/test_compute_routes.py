@@ -324,3 +324,30 @@ def test_the_trusted_evaluators_outcome_becomes_an_answer() -> None:
         "wall_ms": 7,
     }
     assert failed.to_json() == {"ok": False, "class": "oom", "error": "MemoryError"}
+
+
+async def test_a_restarted_daemon_keeps_open_leases_and_their_deadlines(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with _daemon(tmp_path, Fallbacks()) as (handle, client):
+        a, b, c = await _node(client), await _node(client), await _node(client)
+        job_id = await _enqueue(handle, "r")
+        ja = (await _lease(client, a)).json()["job"]
+        jb = (await _lease(client, b)).json()["job"]
+    await trio.sleep(5)  # the daemon is down for five seconds
+    async with _daemon(tmp_path, Fallbacks()) as (handle, client):
+        # a's answer, posted after the restart and before its deadline, counts.
+        counted = await _post(client, a, ja, LOSS)
+        # b never answers: its copy expires at its stored deadline, not a reset one.
+        with trio.fail_after(200):
+            while (replacement := (await _lease(client, c)).json()["job"]) is None:
+                pass
+        replaced_at = int(handle.ctx.wall.now() * 1000)
+        settled = await _post(client, c, replacement, LOSS)
+        job = await handle.ctx.db.read(_job_state, job_id)
+    assert counted.status_code == 200
+    assert counted.json()["status"] == "counted"
+    assert replacement["job"] == jb["job"] == job_id
+    assert replaced_at == jb["deadline_ms"] + 1
+    assert settled.json()["status"] == "counted"
+    assert job == ("settled", "agreement")
