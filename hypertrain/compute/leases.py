@@ -6,8 +6,9 @@ Promises of :func:`lease`:
   :func:`nodes.register_node`) and it is marked seen, even when nothing is granted.
 - A disabled node (``disabled_until_ms > now``) gets ``Forbidden`` (403) naming the re-enable
   time in ms and ISO 8601 UTC, and nothing changes.
-- The copy granted is the oldest queued copy (queued time, then job age and insertion order,
-  then seq) such that:
+- The copy granted is the oldest queued copy (queued time, then insertion order: jobs in the
+  order they were enqueued, a job's copies by seq; the ``(state, queued_ms)`` index yields that
+  order, so the query stops at the first eligible copy instead of sorting the queue) such that:
   its job is ``queued``; ``now < wait_deadline_ms`` (from the deadline on the step belongs to
   the fallback: a lease at exactly the deadline or later does not get it); the job's challenge
   is in the registry at the job's version; the challenge's capability (its base id) is in the
@@ -89,7 +90,7 @@ def lease(
         f" AND ({which})"
         " AND NOT EXISTS (SELECT 1 FROM compute_copies o"
         "                 WHERE o.job_id = c.job_id AND o.node_id = ?)"
-        " ORDER BY c.queued_ms, j.created_ms, j.rowid, c.seq LIMIT 1",
+        " ORDER BY c.queued_ms, c.rowid LIMIT 1",
         params,
     ).fetchone()
     if row is None:
