@@ -14,7 +14,7 @@ Pure: no clock, no I/O.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 import attrs
 
@@ -43,18 +43,7 @@ EventKind = Literal[
     "fallback",
     "trace",
 ]
-EVENT_KINDS: Final[tuple[EventKind, ...]] = (
-    "register",
-    "lease",
-    "result",
-    "accepted",
-    "strike",
-    "split",
-    "settled",
-    "expired",
-    "fallback",
-    "trace",
-)
+EVENT_KINDS: Final[tuple[EventKind, ...]] = get_args(EventKind)
 Event = tuple[EventKind, dict[str, Any]]
 
 

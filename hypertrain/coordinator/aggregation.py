@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import attrs
 from attrs import frozen
 
 from hypertrain.aggregator.step import MergeInputs, Step, compute_step
@@ -53,6 +54,7 @@ __all__ = [
     "commit_step",
     "compute_step",
     "get_aggregation",
+    "insert_aggregation",
     "step_inputs",
     "store_objects",
 ]
@@ -104,6 +106,17 @@ def get_aggregation(conn: sqlite3.Connection, run_id: str, w: int) -> Aggregatio
     return None if row is None else AggregationRow(*row)
 
 
+def insert_aggregation(
+    conn: sqlite3.Connection, run_id: str, w: int, row: AggregationRow, applied_round: int
+) -> None:
+    """Write round ``w``'s ``aggregations`` row (the daemon's merge or a recorded tape)."""
+    conn.execute(
+        "INSERT INTO aggregations (run_id, w, tape_key, out_state, theta_start_sha256,"
+        " theta_hash, update_norm, clipped, applied_round) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (run_id, w, *attrs.astuple(row), applied_round),
+    )
+
+
 def step_inputs(conn: sqlite3.Connection, run_id: str, w: int) -> StepInputs:
     """Read the inputs of round ``w``'s step (404 unknown round; 409 when round ``w - 1`` was
     not merged by this daemon, so its OuterState is unknown)."""
@@ -153,20 +166,19 @@ def commit_step(
         raise Conflict(f"round {w} cannot be aggregated before d_upload = {d_upload} (D = {d})")
     for info in stored:
         record_object(conn, info, d)
-    conn.execute(
-        "INSERT INTO aggregations (run_id, w, tape_key, out_state, theta_start_sha256,"
-        " theta_hash, update_norm, clipped, applied_round) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            run_id,
-            w,
+    insert_aggregation(
+        conn,
+        run_id,
+        w,
+        AggregationRow(
             step.tape_key,
             step.out_state,
             step.theta_start_sha256,
             step.theta_hash,
             step.update_norm,
             step.clipped,
-            d,
         ),
+        d,
     )
     if not open_next:
         return None

@@ -6,6 +6,7 @@
   strict parser (:func:`hypertrain.protocol.jcs.parse_json`: duplicate keys, NaN/Infinity and
   bad UTF-8 are 400).
 - :func:`json_response`: compact JSON, no sorting (fast; the wire codec decides field order).
+- :func:`object_response`: a stored object streamed with its length.
 - :func:`install_error_handlers`: every :class:`ProtocolError` answers its status with
   ``{"detail": ...}``; Quart's own 404/405/413/... answer JSON ``{"detail": ...}`` too; any
   other exception is logged with its traceback and answers 500 ``{"detail": "internal error"}``.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import AsyncIterator
 from typing import Any, Final
 
 import trio
@@ -26,6 +28,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.protocol.errors import Malformed, PayloadTooLarge, ProtocolError
 from hypertrain.protocol.jcs import parse_json
+from hypertrain.store import ObjectStore
 
 __all__ = [
     "BODY_TIMEOUT",
@@ -33,6 +36,7 @@ __all__ = [
     "RETRY_AFTER_STOPPING",
     "install_error_handlers",
     "json_response",
+    "object_response",
     "read_body",
     "read_json",
     "stopping_response",
@@ -51,6 +55,22 @@ def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = 
     """``obj`` as compact JSON with ``status``."""
     body = json.dumps(obj, separators=(",", ":"), allow_nan=False)
     return Response(body, status=status, content_type=JSON_CONTENT_TYPE, headers=headers)
+
+
+def object_response(objects: ObjectStore, sha256: str) -> Response:
+    """A stored object's bytes, streamed (the store verifies the hash before the first chunk
+    and again at the end), with its ``Content-Length`` and no response timeout."""
+    size = objects.size_of(sha256)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        async with objects.open_read(sha256) as reader:
+            async for chunk in reader:
+                yield chunk
+
+    response = Response(chunks(), content_type="application/octet-stream")
+    response.headers["Content-Length"] = str(size)
+    response.timeout = None
+    return response
 
 
 def stopping_response() -> Response:

@@ -67,7 +67,7 @@ from hypertrain.compute.rows import get_copy, get_job
 from hypertrain.coordinator.auth import bearer_token, require_admin
 from hypertrain.coordinator.computehub import WORK, publish_compute
 from hypertrain.coordinator.context import Coordinator
-from hypertrain.coordinator.http import json_response, read_body, stopping_response
+from hypertrain.coordinator.http import json_response, object_response, read_body, stopping_response
 from hypertrain.coordinator.runs import get_run, list_runs, next_round_w
 from hypertrain.coordinator.scorefeed import ScoreFeed
 from hypertrain.protocol.errors import AuthError, Conflict, Forbidden, Malformed, NotFound
@@ -237,17 +237,7 @@ def register(app: QuartTrio, ctx: Coordinator) -> None:
                 copy_id,
             )
             publish_compute(ctx.events, [trace_event(node.node_id, challenge, "hidden")])
-        size = ctx.objects.size_of(sha256)
-
-        async def chunks() -> Any:
-            async with ctx.objects.open_read(sha256) as reader:
-                async for chunk in reader:
-                    yield chunk
-
-        response = Response(chunks(), content_type="application/octet-stream")
-        response.headers["Content-Length"] = str(size)
-        response.timeout = None
-        return response
+        return object_response(ctx.objects, sha256)
 
     async def post_result(copy_id: str) -> Response:
         node = await node_of()

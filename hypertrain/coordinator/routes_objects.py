@@ -48,7 +48,7 @@ from quart_trio.wrappers import TrioRequest
 from hypertrain.beacon.ingest import latest_round
 from hypertrain.coordinator.auth import require_admin, require_worker
 from hypertrain.coordinator.context import Coordinator
-from hypertrain.coordinator.http import json_response, read_json
+from hypertrain.coordinator.http import json_response, object_response, read_json
 from hypertrain.coordinator.minerflow import MAX_UPLOAD_BYTES
 from hypertrain.coordinator.minerstore import GrantRow, get_grant, is_active_member
 from hypertrain.coordinator.scorefeed import is_private
@@ -140,17 +140,7 @@ def register(app: QuartTrio, ctx: Coordinator) -> None:
     async def get_object(sha256: str) -> Response:
         check_key(sha256)
         await authorize(sha256)
-        size = ctx.objects.size_of(sha256)
-
-        async def chunks() -> Any:
-            async with ctx.objects.open_read(sha256) as reader:
-                async for chunk in reader:
-                    yield chunk
-
-        response = Response(chunks(), content_type="application/octet-stream")
-        response.headers["Content-Length"] = str(size)
-        response.timeout = None
-        return response
+        return object_response(ctx.objects, sha256)
 
     async def put_upload(grant_id: str) -> Response:
         grant = await ctx.db.read(upload_grant, grant_id)

@@ -33,13 +33,13 @@ from hypertrain.aggregator.merge import norm
 from hypertrain.aggregator.outerstate import OuterState
 from hypertrain.aggregator.tape import SignedTape
 from hypertrain.beacon.ingest import latest_round
-from hypertrain.coordinator.aggregation import get_aggregation
+from hypertrain.coordinator.aggregation import AggregationRow, get_aggregation, insert_aggregation
 from hypertrain.coordinator.roundstore import get_round_row
 from hypertrain.coordinator.runs import get_run
 from hypertrain.protocol.errors import Conflict, ContractMismatch, NotFound
 from hypertrain.protocol.validators import hex64
 
-__all__ = ["TapeRecord", "TapeRequest", "check_tape_facts", "record_tape", "tape_record"]
+__all__ = ["TapeRequest", "check_tape_facts", "record_tape", "tape_record"]
 
 
 @frozen
@@ -47,18 +47,6 @@ class TapeRequest:
     """The admin body: ``{tape_key}``."""
 
     tape_key: str = field(validator=hex64)
-
-
-@frozen
-class TapeRecord:
-    """What the write records (module doc)."""
-
-    tape_key: str
-    out_state: str
-    theta_start_sha256: str
-    theta_hash: str
-    update_norm: float
-    clipped: int
 
 
 def check_tape_facts(
@@ -97,10 +85,10 @@ def check_tape_facts(
             )
 
 
-def tape_record(tape_key: str, tape: SignedTape, out: OuterState, theta_sha: str) -> TapeRecord:
+def tape_record(tape_key: str, tape: SignedTape, out: OuterState, theta_sha: str) -> AggregationRow:
     """The row's facts from a checked tape and its out_state (module doc)."""
     body = tape.body
-    return TapeRecord(
+    return AggregationRow(
         tape_key=tape_key,
         out_state=body.out_state,
         theta_start_sha256=theta_sha,
@@ -110,7 +98,7 @@ def tape_record(tape_key: str, tape: SignedTape, out: OuterState, theta_sha: str
     )
 
 
-def record_tape(conn: sqlite3.Connection, run_id: str, w: int, record: TapeRecord) -> bool:
+def record_tape(conn: sqlite3.Connection, run_id: str, w: int, record: AggregationRow) -> bool:
     """Write the ``aggregations`` row (one write); False when this tape was recorded already,
     409 when another one was."""
     existing = get_aggregation(conn, run_id, w)
@@ -118,19 +106,5 @@ def record_tape(conn: sqlite3.Connection, run_id: str, w: int, record: TapeRecor
         if existing.tape_key == record.tape_key:
             return False
         raise Conflict(f"round {w} of run {run_id} already has tape {existing.tape_key}")
-    conn.execute(
-        "INSERT INTO aggregations (run_id, w, tape_key, out_state, theta_start_sha256,"
-        " theta_hash, update_norm, clipped, applied_round) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            run_id,
-            w,
-            record.tape_key,
-            record.out_state,
-            record.theta_start_sha256,
-            record.theta_hash,
-            record.update_norm,
-            record.clipped,
-            latest_round(conn),
-        ),
-    )
+    insert_aggregation(conn, run_id, w, record, latest_round(conn))
     return True
