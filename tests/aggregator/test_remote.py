@@ -55,8 +55,8 @@ from nurseries.testing import open_asgi_transport
 from tests.coordinator.harness import ADMIN_TOKEN, WORKER_TOKEN, admin_headers
 from tests.daemon.support import running_daemon
 from tests.miner.conftest import coord, data_dir, run_manifest  # noqa: F401 (fixtures)
+from tests.miner.rounds_support import set_total_rounds
 from tests.miner.test_against_the_daemon import API, COORD, MINERS, _config, _launch, _settings
-from tests.miner.test_aggregated_rounds import _total_rounds
 
 RUN_TIMEOUT = 2400.0  # virtual seconds
 FAST_RETRY = Retry(attempts=2, initial=0.01, maximum=0.01)
@@ -130,7 +130,7 @@ async def test_the_remote_aggregator_merges_two_rounds_byte_for_byte_as_the_daem
         httpx.AsyncClient(transport=transport, base_url=API) as client,
     ):
         run_id = await _launch(client, run_manifest)
-        await _total_rounds(client, run_id, 3)
+        await set_total_rounds(client, run_id, 3)
         configs = {key.ss58: _config(tmp_path, key, data_dir) for key in MINERS}
         exits: dict[str, int] = {}
 
@@ -241,7 +241,7 @@ async def test_a_pass_stopped_before_publishing_is_finished_by_the_next_one(
         httpx.AsyncClient(transport=transport, base_url=API) as client,
     ):
         run_id = await _launch(client, run_manifest)
-        await _total_rounds(client, run_id, 2)
+        await set_total_rounds(client, run_id, 2)
         config = RemoteConfig(run_id, COORD, tmp_path / "aggregator-state")
         crashing = Crashing(API, ADMIN_TOKEN, transport=transport, retry=FAST_RETRY)
         reports: list[MergeReport] = []

@@ -11,7 +11,6 @@ exactly once, from identical bytes, after a restart.
 
 from __future__ import annotations
 
-import io
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,20 +29,15 @@ from hypertrain.coordinator.heldout import LossRow, get_loss_row
 from hypertrain.coordinator.roundstore import RoundRow, get_round_row, round_rows
 from hypertrain.daemon.main import DaemonHandle
 from hypertrain.daemon.services import SERVICES, DaemonParts, ServiceFn, ServiceSpec
-from hypertrain.datasets.pin import pin_async
-from hypertrain.miner.progress import Progress
-from hypertrain.miner.session import Summary, run_miner
-from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
 from hypertrain.trainer.state import unpack_state
 from nurseries.testing import open_asgi_transport
-from tests.coordinator.harness import admin_headers
 from tests.daemon.support import running_daemon
+from tests.miner.rounds_support import launch_with_dataset, mine_rounds
 from tests.miner.test_against_the_daemon import (
     API,
     COORD,
     MINERS,
-    _config,
     _daemon,
     _launch,
     _settings,
@@ -67,18 +61,6 @@ async def _daemon_with_holdout(
         open_asgi_transport(handle.app, lifespan=False) as transport,
     ):
         yield handle, transport
-
-
-async def _total_rounds(client: httpx.AsyncClient, run_id: str, total: int) -> None:
-    # Config changes need a paused run.
-    base = f"/v1/admin/runs/{run_id}"
-    for path, body in (
-        (f"{base}/paused", {"paused": True}),
-        (f"{base}/config", {"train_rounds": 20, "final_after_upload": 5, "total_rounds": total}),
-        (f"{base}/paused", {"paused": False}),
-    ):
-        r = await client.put(path, json=body, headers=admin_headers())
-        assert r.status_code == 200, r.text
 
 
 async def _wait_aggregated(handle: DaemonHandle, run_id: str, w: int) -> AggregationRow:
@@ -119,38 +101,15 @@ async def test_five_rounds_open_on_time_chain_their_thetas_replay_and_cut_the_he
     configured: None,
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    summaries: dict[str, Summary] = {}
-    # The operator pins the public part; the holdout stays in the build directory.
-    pinned = await pin_async(data_dir, tmp_path / "state" / "objects")
     async with (
         _daemon_with_holdout(tmp_path, data_dir) as (handle, transport),
         httpx.AsyncClient(transport=transport, base_url=API) as client,
     ):
-        run_id = await _launch(client, run_manifest)
-        registered = await client.put(
-            f"/v1/admin/runs/{run_id}/dataset",
-            json={"manifest_sha256": pinned.manifest_sha256},
-            headers=admin_headers(),
-        )
-        assert registered.status_code == 200, registered.text
-        await _total_rounds(client, run_id, ROUNDS)
-        configs = {key.ss58: _config(tmp_path, key, data_dir) for key in MINERS}
-
-        async def mine(key: Keypair) -> None:
-            summaries[key.ss58] = await run_miner(
-                configs[key.ss58],
-                key,
-                rounds=ROUNDS,
-                start=0,
-                transport=transport,
-                progress=Progress(io.StringIO()),
-                configure=lambda env: None,
-            )
-
+        # The operator pins the public part; the holdout stays in the build directory.
+        objects_dir = tmp_path / "state" / "objects"
+        run_id = await launch_with_dataset(client, run_manifest, data_dir, objects_dir, ROUNDS)
         with trio.fail_after(RUN_TIMEOUT):
-            async with trio.open_nursery() as nursery:
-                for key in MINERS:
-                    nursery.start_soon(mine, key)
+            summaries = await mine_rounds(tmp_path, data_dir, transport, ROUNDS)
         aggs = [await _wait_aggregated(handle, run_id, w) for w in range(ROUNDS)]
         losses = await _wait_losses(handle, run_id, ROUNDS + 1)
         rounds: list[RoundRow] = await handle.ctx.db.read(round_rows, run_id)

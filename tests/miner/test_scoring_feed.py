@@ -10,7 +10,6 @@ fallback at the end of its window with a loss, and the round view shows each min
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from pathlib import Path
@@ -22,10 +21,7 @@ import trio
 import trio.testing
 
 from hypertrain.datasets.manifest import DatasetManifest, load_record
-from hypertrain.datasets.pin import pin_async
 from hypertrain.datasets.reader import Dataset
-from hypertrain.miner.progress import Progress
-from hypertrain.miner.session import run_miner
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.f32 import f32_from_hex
 from hypertrain.protocol.jcs import canonical_json
@@ -33,8 +29,9 @@ from hypertrain.protocol.manifest import RunManifest
 from hypertrain.trainer.params import init_params
 from hypertrain.trainer.state import pack_state
 from tests.coordinator.harness import WORKER_TOKEN, admin_headers
-from tests.miner.test_against_the_daemon import API, MINERS, _config, _launch
-from tests.miner.test_aggregated_rounds import _daemon_with_holdout, _total_rounds
+from tests.miner.rounds_support import launch_with_dataset, mine_rounds
+from tests.miner.test_against_the_daemon import API, MINERS
+from tests.miner.test_aggregated_rounds import _daemon_with_holdout
 
 TIMEOUT = 2000.0  # virtual seconds
 TRACE_SAMPLES = 32
@@ -65,35 +62,14 @@ async def test_uploaded_deltas_are_scored_by_the_fallback_when_no_node_is_online
     configured: None,
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    pinned = await pin_async(data_dir, tmp_path / "state" / "objects")
     async with (
         _daemon_with_holdout(tmp_path, data_dir) as (handle, transport),
         httpx.AsyncClient(transport=transport, base_url=API) as client,
     ):
-        run_id = await _launch(client, run_manifest)
-        r = await client.put(
-            f"/v1/admin/runs/{run_id}/dataset",
-            json={"manifest_sha256": pinned.manifest_sha256},
-            headers=admin_headers(),
-        )
-        assert r.status_code == 200, r.text
-        await _total_rounds(client, run_id, 1)
-
-        async def mine(key: Any) -> None:
-            await run_miner(
-                _config(tmp_path, key, data_dir),
-                key,
-                rounds=1,
-                start=0,
-                transport=transport,
-                progress=Progress(io.StringIO()),
-                configure=lambda env: None,
-            )
-
+        objects_dir = tmp_path / "state" / "objects"
+        run_id = await launch_with_dataset(client, run_manifest, data_dir, objects_dir, 1)
         with trio.fail_after(TIMEOUT):
-            async with trio.open_nursery() as nursery:
-                for key in MINERS:
-                    nursery.start_soon(mine, key)
+            await mine_rounds(tmp_path, data_dir, transport, 1)
             while True:
                 jobs = await handle.ctx.db.read(_jobs)
                 if len(jobs) == 6 and all(j["state"] == "settled" for j in jobs):

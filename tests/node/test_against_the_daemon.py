@@ -11,7 +11,6 @@ timing step) is settled by the two nodes inside the tolerance band.
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,9 +21,6 @@ import httpx
 import trio
 import trio.testing
 
-from hypertrain.datasets.pin import pin_async
-from hypertrain.miner.progress import Progress
-from hypertrain.miner.session import run_miner
 from hypertrain.node.client import NodeClient
 from hypertrain.node.nodefile import load_record
 from hypertrain.node.runner import NodeRunner, Probed
@@ -36,8 +32,9 @@ from nurseries import VirtualClock
 from tests.coordinator.harness import admin_headers
 from tests.daemon.support import EPOCH
 from tests.miner.conftest import coord, data_dir, run_manifest  # noqa: F401 (fixtures)
-from tests.miner.test_against_the_daemon import API, MINERS, _config, _launch
-from tests.miner.test_aggregated_rounds import _daemon_with_holdout, _total_rounds
+from tests.miner.rounds_support import launch_with_dataset, mine_rounds
+from tests.miner.test_against_the_daemon import API
+from tests.miner.test_aggregated_rounds import _daemon_with_holdout
 
 TIMEOUT = 2000.0  # virtual seconds
 
@@ -80,7 +77,6 @@ async def test_two_nodes_settle_every_step_of_a_round_by_agreement(
     configured: None,
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    pinned = await pin_async(data_dir, tmp_path / "state" / "objects")
     events: list[str] = []
     async with (
         _daemon_with_holdout(tmp_path, data_dir) as (handle, transport),
@@ -94,14 +90,8 @@ async def test_two_nodes_settle_every_step_of_a_round_by_agreement(
                 events.append(event.json)
 
         nodes.start_soon(collect)
-        run_id = await _launch(client, run_manifest)
-        r = await client.put(
-            f"/v1/admin/runs/{run_id}/dataset",
-            json={"manifest_sha256": pinned.manifest_sha256},
-            headers=admin_headers(),
-        )
-        assert r.status_code == 200, r.text
-        await _total_rounds(client, run_id, 1)
+        objects_dir = tmp_path / "state" / "objects"
+        run_id = await launch_with_dataset(client, run_manifest, data_dir, objects_dir, 1)
         runners = []
         for i in range(2):
             runner = NodeRunner(
@@ -117,21 +107,8 @@ async def test_two_nodes_settle_every_step_of_a_round_by_agreement(
             runners.append(runner)
             nodes.start_soon(runner.run)
 
-        async def mine(key: Any) -> None:
-            await run_miner(
-                _config(tmp_path, key, data_dir),
-                key,
-                rounds=1,
-                start=0,
-                transport=transport,
-                progress=Progress(io.StringIO()),
-                configure=lambda env: None,
-            )
-
         with trio.fail_after(TIMEOUT):
-            async with trio.open_nursery() as miners:
-                for key in MINERS:
-                    miners.start_soon(mine, key)
+            await mine_rounds(tmp_path, data_dir, transport, 1)
             while True:
                 jobs = await handle.ctx.db.read(_jobs)
                 if len(jobs) == 6 and all(state == "settled" for state, _ in jobs):
