@@ -175,6 +175,13 @@ def _d_assign_of(conn: sqlite3.Connection, run_id: str, w: int) -> int | None:
     return None if row is None else int(row[0])
 
 
+def _merged(conn: sqlite3.Connection, run_id: str, w: int) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM aggregations WHERE run_id = ? AND w = ?", (run_id, w)
+    ).fetchone()
+    return row is not None
+
+
 def round_states(
     conn: sqlite3.Connection,
     D: int,  # noqa: N803 (spec name)
@@ -183,7 +190,8 @@ def round_states(
     """The derived state at D of each of ``rows`` (rounds of one or more runs).
 
     Feeds :func:`~hypertrain.rounds.states.round_state` with the facts stored so far: the
-    next round's ``d_assign`` once it is opened (taken from ``rows`` when present, else read).
+    next round's ``d_assign`` once it is opened (taken from ``rows`` when present, else read),
+    and, for a round without a successor, whether it was merged (a run's last round).
     Disputes and Finalize arrive with later tables.
     """
     known = {(row.run_id, row.w): row.deadlines.d_assign for row in rows}
@@ -191,7 +199,12 @@ def round_states(
     for row in rows:
         key = (row.run_id, row.w + 1)
         next_d_assign = known[key] if key in known else _d_assign_of(conn, *key)
-        states.append(round_state(D, row.deadlines, next_round_d_assign=next_d_assign))
+        merged_last = next_d_assign is None and _merged(conn, row.run_id, row.w)
+        states.append(
+            round_state(
+                D, row.deadlines, next_round_d_assign=next_d_assign, merged_last=merged_last
+            )
+        )
     return states
 
 

@@ -10,7 +10,8 @@ applies spec 1.3's *implementation order*:
 2. ``DISPUTE`` (any open dispute row);
 3. ``APPLIED`` / ``AUDIT`` once round ``w+1`` is opened: ``APPLIED`` while
    ``D < d_assign(w+1)``, ``AUDIT`` from ``D >= d_assign(w+1)`` on (the reference's
-   ``"AUDIT" if d >= d_assign_next else "APPLIED"``);
+   ``"AUDIT" if d >= d_assign_next else "APPLIED"``); a run's last round (no ``w+1`` will
+   open) is ``APPLIED`` once merged;
 4. ``UPLOAD_CLOSED`` (``D >= d_upload``), ``COMMIT_CLOSED`` (``D >= d_commit``),
    ``TRAINING`` (``D > d_assign``), ``ASSIGNED`` (``D == d_assign``), ``OPEN`` (``D < d_assign``,
    also before ``d_open``).
@@ -89,6 +90,7 @@ def round_state(
     deadlines: Deadlines,
     *,
     next_round_d_assign: int | None = None,
+    merged_last: bool = False,
     has_open_dispute: bool = False,
     finalized_ledger_round: int | None = None,
     ledger_round: int | None = None,
@@ -98,6 +100,8 @@ def round_state(
 
     - ``next_round_d_assign``: ``d_assign`` of round ``w+1`` once the aggregator opened it (the
       round was applied), else ``None``.
+    - ``merged_last``: the round was merged but no round ``w+1`` follows (the run's last round,
+      ``total_rounds``): it is ``APPLIED`` as well, since nothing will ever open after it.
     - ``has_open_dispute``: a dispute row of this round is ``open``.
     - ``finalized_ledger_round``: the ledger round the Finalize was recorded in (``None`` while
       not finalised); ``ledger_round`` is the current ledger round and ``vest_rounds`` the
@@ -116,6 +120,8 @@ def round_state(
         return RoundState.DISPUTE
     if next_round_d_assign is not None:
         return RoundState.AUDIT if now >= next_round_d_assign else RoundState.APPLIED
+    if merged_last:
+        return RoundState.APPLIED
     if now >= deadlines.d_upload:
         return RoundState.UPLOAD_CLOSED
     if now >= deadlines.d_commit:

@@ -63,6 +63,15 @@ def test_applied_takes_precedence_over_deadline_states() -> None:
     assert round_state(170, DL, next_round_d_assign=170) is S.AUDIT
 
 
+def test_a_merged_last_round_is_applied_for_good() -> None:
+    # total_rounds: no round w + 1 will open, so a merge is all that ever applies it.
+    for now in (520, 600, 10_000):
+        assert round_state(now, DL, merged_last=True) is S.APPLIED
+        assert round_state(now, DL) is S.UPLOAD_CLOSED
+    assert round_state(700, DL, merged_last=True, has_open_dispute=True) is S.DISPUTE
+    assert round_state(700, DL, merged_last=True, finalized_ledger_round=3) is S.FINAL
+
+
 def test_dispute_precedes_applied_and_audit() -> None:
     assert round_state(700, DL, next_round_d_assign=550, has_open_dispute=True) is S.DISPUTE
     assert round_state(530, DL, next_round_d_assign=550, has_open_dispute=True) is S.DISPUTE
