@@ -147,11 +147,13 @@ def commit_step(
     step: Step,
     stored: tuple[ObjectInfo, ...],
     coord: Keypair,
-    open_next: bool = True,
+    open_next: bool,
+    now: int,
 ) -> RoundRow | None:
     """Record the step and, with ``open_next`` (False for a run's last round), open round
     ``w + 1`` (module doc, part 3). Returns the opened round; None when nothing was opened.
-    A step already recorded is a no-op."""
+    A step already recorded is a no-op. ``now`` (unix seconds) dates the stored objects in the
+    catalog."""
     run_id, w = step.run_id, step.w
     if get_aggregation(conn, run_id, w) is not None or get_round_row(conn, run_id, w + 1):
         return None
@@ -165,7 +167,7 @@ def commit_step(
     if d < d_upload:
         raise Conflict(f"round {w} cannot be aggregated before d_upload = {d_upload} (D = {d})")
     for info in stored:
-        record_object(conn, info, d)
+        record_object(conn, info, now)
     insert_aggregation(
         conn,
         run_id,

@@ -112,7 +112,8 @@ class AggregatorService:
         stored = await store_objects(ctx.objects, step)
         if self.after_store is not None:
             self.after_store(step)
-        opened = await ctx.db.write(commit_step, step, stored, coord, due.open_next)
+        now = int(ctx.wall.now())
+        opened = await ctx.db.write(commit_step, step, stored, coord, due.open_next, now)
         log.info(
             "run %s round %d aggregated: tape %s, theta %s, opened %s",
             due.run_id,
