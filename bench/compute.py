@@ -4,7 +4,7 @@ Issue 8 acceptance: lease -> result cycles per second, and the number of concurr
 lease long polls the daemon sustains, next to the bare hypercorn figure from the same run.
 
 The server side is one process (this one, pinned to CPU 0 where the machine has more than one),
-as in ``bench/http.py``: the real daemon (``serve_daemon``, local-chain beacon, fresh state dir
+as in ``bench/serving.py``: the real daemon (``serve_daemon``, local-chain beacon, fresh state dir
 and secrets, with every background service, the compute reaper and fallback pool included) and
 a raw ASGI app answering ``{"hello": "world"}``, both on ``serve_asgi`` (same hypercorn trio
 worker, same backlog). The step window (``HYPERTRAIN_COMPUTE_WAIT_MS``) is one hour, so the
@@ -40,19 +40,10 @@ Rows:
 
 The default run takes about 75 s.
 
-Run it as a script (``python bench/compute.py``): ``bench/http.py`` shadows the stdlib ``http``
-package for anything importing from the ``bench`` folder itself.
+Run it as a script: ``python bench/compute.py``.
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# bench/http.py is named like the stdlib's ``http`` package, and Python puts the script's folder
-# first on sys.path: drop it, or httpx's ``import http`` would find that file.
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    del sys.path[0]
 
 import argparse
 import json
@@ -60,13 +51,16 @@ import os
 import resource
 import secrets
 import sqlite3
+import sys
 import tempfile
 import time
 from functools import partial
+from pathlib import Path
 from typing import Any, Final
 
 import httpx
 import trio
+from _hello import hello_app
 
 from hypertrain.compute import enqueue_step
 from hypertrain.coordinator.settings import CoordinatorSettings
@@ -83,25 +77,9 @@ STRAGGLER_TIMEOUT: Final = 5.0  # seconds an answer may take after the measureme
 CONNECT_TIMEOUT: Final = 20.0
 CYCLE_WAIT_MS: Final = 1000
 STEP_WAIT_MS: Final = 3_600_000  # the step window: the fallback never takes a step in a run
-HELLO: Final = json.dumps({"hello": "world"}).encode()
-HELLO_LENGTH: Final = str(len(HELLO)).encode()
 OWNER: Final = Keypair.from_seed(bytes([7]) * 32)
 LEASE_BODY: Final = {"capabilities": ["delta-loss"], "hardware": "cpu"}
 ANSWER: Final = {"loss": "40a00000", "fingerprint": "ab" * 32, "wallMs": 12}
-
-
-async def hello_app(scope: Any, receive: Any, send: Any) -> None:
-    """A bare ASGI app: reads the body, answers a small JSON object."""
-    if scope["type"] == "lifespan":
-        while (await receive())["type"] != "lifespan.shutdown":
-            await send({"type": "lifespan.startup.complete"})
-        await send({"type": "lifespan.shutdown.complete"})
-        return
-    while (await receive()).get("more_body", False):
-        pass
-    headers = [(b"content-type", b"application/json"), (b"content-length", HELLO_LENGTH)]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": HELLO})
 
 
 # -- the load generator (a separate process) ---------------------------------------------------

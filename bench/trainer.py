@@ -22,16 +22,13 @@ from typing import Any
 import attrs
 import numpy as np
 
-# Run as a script, sys.path[0] is bench/, whose http.py would shadow the stdlib's http (torch
-# imports urllib.request): replace it by the repository root.
-_BENCH = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
-sys.path.insert(0, str(_BENCH.parent))
+# Run as a script (sys.path[0] is bench/): the repository root too, for ``bench._timing``.
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
-from hypertrain.protocol.example import example_manifest  # noqa: E402
-from hypertrain.protocol.manifest import RunManifest  # noqa: E402
-from hypertrain.protocol.testmode import build_test_mode_manifest  # noqa: E402
-from hypertrain.trainer.determinism import configure  # noqa: E402
+from hypertrain.protocol.example import example_manifest
+from hypertrain.protocol.manifest import RunManifest
+from hypertrain.protocol.testmode import build_test_mode_manifest
+from hypertrain.trainer.determinism import configure
 
 SECONDS = 8.0
 RUN_ID = "cd" * 32

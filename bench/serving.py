@@ -17,31 +17,26 @@ Scenarios (add one with one line in :data:`SCENARIOS`):
 - ``POST /v1/admin/beacon``: admin auth (token file stat), 1 KiB-bounded body read, strict
   JSON parse, BLS verification and an idempotent write transaction (re-posting a stored round).
 
-    .venv/bin/python bench/http.py [--seconds 4] [--connections 64]
+    .venv/bin/python bench/serving.py [--seconds 4] [--connections 64]
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# This file is named like the stdlib's ``http`` package, and Python puts the script's folder
-# first on sys.path: drop it, or httpx's ``import http`` would find this file.
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    del sys.path[0]
 
 import argparse
 import json
 import os
 import secrets
+import sys
 import tempfile
 import time
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import attrs
 import httpx
 import trio
+from _hello import hello_app
 
 from hypertrain.beacon import ChainInfo
 from hypertrain.coordinator.settings import CoordinatorSettings
@@ -56,8 +51,6 @@ from nurseries import SystemClock, serve_asgi
 WARMUP = 0.5
 LOAD_TIMEOUT_MARGIN = 20.0  # seconds beyond warm-up + measurement a load process may take
 SETUP_TIMEOUT = 20.0
-HELLO = json.dumps({"hello": "world"}).encode()
-HELLO_LENGTH = str(len(HELLO)).encode()
 STRAGGLER_TIMEOUT = 5.0  # seconds an answer may take after the measurement ended
 OWNER = Keypair.from_seed(bytes([7]) * 32)
 MINER = Keypair.from_seed(bytes([0x41]) * 32)
@@ -88,20 +81,6 @@ RATIOS = (
     ("GET /v1/runs/{id}/rounds/0", "hello GET"),
     ("POST /v1/admin/beacon", "hello POST"),
 )
-
-
-async def hello_app(scope: Any, receive: Any, send: Any) -> None:
-    """A bare ASGI app: reads the body, answers a small JSON object."""
-    if scope["type"] == "lifespan":
-        while (await receive())["type"] != "lifespan.shutdown":
-            await send({"type": "lifespan.startup.complete"})
-        await send({"type": "lifespan.shutdown.complete"})
-        return
-    while (await receive()).get("more_body", False):
-        pass
-    headers = [(b"content-type", b"application/json"), (b"content-length", HELLO_LENGTH)]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": HELLO})
 
 
 # -- the load generator (a separate process) ---------------------------------------------------
