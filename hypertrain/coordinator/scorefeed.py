@@ -55,11 +55,22 @@ from hypertrain.trainer.params import init_params
 from hypertrain.trainer.state import pack_state
 from nurseries import RunSync, run_inline
 
-__all__ = ["BATCH", "IDLE_WAIT", "ScoreFeed", "Upload", "is_private", "unscored_uploads"]
+__all__ = [
+    "BATCH",
+    "IDLE_WAIT",
+    "LOOKBACK_ROUNDS",
+    "ScoreFeed",
+    "Upload",
+    "is_private",
+    "unscored_uploads",
+]
 
 log = logging.getLogger(__name__)
 
 BATCH: Final = 64
+LOOKBACK_ROUNDS: Final = 16
+"""Only uploads of a run's newest rounds are fed (a scan of the whole history every beacon
+round would grow with the run; a delta older than this is no longer worth scoring)."""
 IDLE_WAIT: Final = 30.0
 Kind = Literal["model", "public", "hidden"]
 
@@ -79,16 +90,18 @@ class Upload:
 
 
 def unscored_uploads(conn: sqlite3.Connection, limit: int = BATCH) -> list[Upload]:
-    """UPLOADED miners of running runs that have no compute job yet, oldest rounds first."""
+    """UPLOADED miners of running runs' last :data:`LOOKBACK_ROUNDS` rounds that have no
+    compute job yet, oldest rounds first."""
     rows = conn.execute(
         "SELECT m.run_id, m.w, m.hotkey, m.delta_manifest FROM miners m"
         " JOIN runs r ON r.run_id = m.run_id"
         " WHERE m.status = 'UPLOADED' AND m.delta_manifest IS NOT NULL AND r.status = 'running'"
+        " AND m.w >= (SELECT max(w) FROM rounds ro WHERE ro.run_id = m.run_id) - ?"
         " AND NOT EXISTS (SELECT 1 FROM compute_jobs j WHERE j.subject ="
         ' \'{"hotkey":"\' || m.hotkey || \'","run_id":"\' || m.run_id || \'","w":\' || m.w'
         " || '}')"
         " ORDER BY m.run_id, m.w, m.hotkey LIMIT ?",
-        (limit,),
+        (LOOKBACK_ROUNDS, limit),
     ).fetchall()
     return [
         Upload(run_id, w, hotkey, str(json.loads(manifest)["body"]["delta_hash"]))
