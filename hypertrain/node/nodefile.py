@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -25,6 +24,8 @@ from typing import Any, Final
 import attrs
 
 from hypertrain.compute.keys import is_node_key
+from hypertrain.protocol.errors import KeyfileError
+from hypertrain.protocol.keys import read_private_file
 
 __all__ = [
     "DIR_ENV",
@@ -70,34 +71,17 @@ class NodeRecord:
         return attrs.asdict(self)
 
 
-def _check_private(path: Path, st: os.stat_result) -> None:
-    if not stat.S_ISREG(st.st_mode):
-        raise NodeFileError(f"{path}: not a regular file")
-    if st.st_uid != os.getuid():
-        raise NodeFileError(f"{path}: owned by uid {st.st_uid}, not by this user")
-    if st.st_mode & 0o077:
-        raise NodeFileError(
-            f"{path}: mode {stat.S_IMODE(st.st_mode):04o} lets others read it; chmod 600 it"
-        )
-
-
 def load_record(directory: Path) -> NodeRecord | None:
     """The saved node.json, or None when there is none; :class:`NodeFileError` when it is
-    unsafe (module doc) or not a valid record."""
+    unsafe (module doc, checked as key files are: :func:`~hypertrain.protocol.keys.
+    read_private_file`) or not a valid record."""
     path = directory / NODE_FILE
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        raw = read_private_file(path, _MAX_FILE, "node file")
     except FileNotFoundError:
         return None
-    except OSError as e:
-        raise NodeFileError(f"{path}: cannot open ({e.strerror})") from None
-    try:
-        _check_private(path, os.fstat(fd))
-        raw = os.read(fd, _MAX_FILE + 1)
-    finally:
-        os.close(fd)
-    if len(raw) > _MAX_FILE:
-        raise NodeFileError(f"{path}: too large for a node file")
+    except KeyfileError as e:
+        raise NodeFileError(e.detail) from None
     try:
         data = json.loads(raw)
         record = NodeRecord(

@@ -19,7 +19,14 @@ import nacl.signing
 from hypertrain.protocol.errors import KeyfileError
 from hypertrain.protocol.ss58 import ss58_encode
 
-__all__ = ["Keypair", "load_keypair", "load_seed", "verify_signature", "write_seed_file"]
+__all__ = [
+    "Keypair",
+    "load_keypair",
+    "load_seed",
+    "read_private_file",
+    "verify_signature",
+    "write_seed_file",
+]
 
 _MAX_SEED_FILE = 4096
 _WHITESPACE = b" \t\n\r\x0b\x0c"
@@ -73,18 +80,25 @@ def verify_signature(public_key: bytes, message: bytes, signature: bytes) -> boo
     return True
 
 
-def load_seed(path: str | os.PathLike[str]) -> bytes:
-    """Read a seed file, refusing unsafe or malformed ones (see the module docstring)."""
+def read_private_file(path: str | os.PathLike[str], limit: int, what: str = "key file") -> bytes:
+    """The bytes of a file only its owner may read: a regular file (never through a symlink),
+    owned by this user, with no group or other permission bits, at most ``limit`` bytes.
+
+    :class:`FileNotFoundError` when it does not exist; :class:`KeyfileError` naming anything
+    else wrong. Seed files and the compute node's ``node.json`` are read with it.
+    """
     path = Path(path)
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
-        raise KeyfileError(f"{path}: no such key file") from None
+        raise
     except OSError as e:
         if path.is_symlink():
-            raise KeyfileError(f"{path}: is a symlink; point at the key file itself") from None
-        raise KeyfileError(f"{path}: cannot open key file ({e.strerror})") from None
+            raise KeyfileError(
+                f"{path}: cannot open a symlink; point at the {what} itself"
+            ) from None
+        raise KeyfileError(f"{path}: cannot open {what} ({e.strerror})") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -96,11 +110,19 @@ def load_seed(path: str | os.PathLike[str]) -> bytes:
                 f"{path}: mode {stat.S_IMODE(st.st_mode):04o} lets others read it; "
                 f"run chmod 600 {path}"
             )
-        if st.st_size > _MAX_SEED_FILE:
-            raise KeyfileError(f"{path}: {st.st_size} bytes is too large for a key file")
-        content = os.read(fd, _MAX_SEED_FILE + 1)
+        if st.st_size > limit:
+            raise KeyfileError(f"{path}: {st.st_size} bytes is too large for a {what}")
+        return os.read(fd, limit + 1)
     finally:
         os.close(fd)
+
+
+def load_seed(path: str | os.PathLike[str]) -> bytes:
+    """Read a seed file, refusing unsafe or malformed ones (see the module docstring)."""
+    try:
+        content = read_private_file(path, _MAX_SEED_FILE)
+    except FileNotFoundError:
+        raise KeyfileError(f"{path}: no such key file") from None
     if len(content) == 32:
         return content
     stripped = content.strip(_WHITESPACE)
