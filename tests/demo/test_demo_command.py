@@ -9,23 +9,23 @@ fell, the kept files are where it said, and no child outlives the demo.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from hypertrain.demo.children import child_env
+
 REPO = Path(__file__).resolve().parents[2]
 DEMO_TIMEOUT = 240  # seconds; the two rounds take about 40 s on 2 cores
 
 
 def _demo(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHALLENGE_", "HYPERTRAIN_"))}
     return subprocess.run(
         [str(REPO / "bin" / "hypertrain-daemon"), "--demo", *args],
         cwd=cwd,
-        env=env,
+        env=child_env({}),
         capture_output=True,
         text=True,
         timeout=DEMO_TIMEOUT,

@@ -13,7 +13,6 @@ Every wait here is bounded (``trio.fail_after``) and polls files, so no pipe can
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import signal
 import sys
@@ -30,6 +29,7 @@ from hypertrain.beacon import ChainInfo
 from hypertrain.datasets import BuildOptions, DatasetManifest, SourceRoot, build
 from hypertrain.datasets.manifest import MANIFEST_FILE, load_record
 from hypertrain.datasets.tokenizer import VOCAB
+from hypertrain.demo.children import child_env
 from hypertrain.miner.journal import JOURNAL_FILE
 from hypertrain.protocol.envelope import NEVER, seal
 from hypertrain.protocol.keys import Keypair, write_seed_file
@@ -50,13 +50,6 @@ TRAIN_ROUNDS: Final = 40
 _TEXT: Final = "".join(
     f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(400)
 )
-_CHILD_ENV_PREFIXES: Final = ("CHALLENGE_", "HYPERTRAIN_")
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    """This process's environment without any challenge/hypertrain settings, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_CHILD_ENV_PREFIXES)}
-    return {**env, **extra}
 
 
 async def wait_until(
@@ -101,7 +94,7 @@ async def open_daemon(root: Path) -> AsyncIterator[Daemon]:
     secret_dir = root / "secrets"
     secret_dir.mkdir(mode=0o700, parents=True)
     tokens = {name: secrets.token_hex(32) for name in ("internal", "admin", "worker")}
-    env = child_env()
+    env = child_env({})
     for name, token in tokens.items():
         path = secret_dir / f"{name}_token"
         path.write_text(token + "\n")
@@ -260,7 +253,7 @@ class MinerProcess:
             (self.home / f"stderr.{self.runs}.txt").open("wb") as stderr,
         ):
             self.process = await trio.lowlevel.open_process(
-                argv, cwd=self.home, env=child_env(**env), stdout=stdout, stderr=stderr
+                argv, cwd=self.home, env=child_env(env), stdout=stdout, stderr=stderr
             )
 
     async def wait(self, limit: float) -> int:
@@ -309,7 +302,6 @@ __all__ = [
     "MinerProcess",
     "build_tiny_dataset",
     "check_row_matches_workdir",
-    "child_env",
     "launch_run",
     "open_daemon",
     "summary_ok",
