@@ -71,7 +71,10 @@ class FallbackPool:
                 nursery.start_soon(self._worker, receive.clone())
             task_status.started()
             while True:
-                for job in await self.ctx.db.read(pending_fallbacks):
+                pending = await self.ctx.db.read(pending_fallbacks)
+                waiting = {job.job_id for job in pending}
+                self._retry_at = {j: t for j, t in self._retry_at.items() if j in waiting}
+                for job in pending:
                     if job.job_id in self._in_flight:
                         continue
                     if self._retry_at.get(job.job_id, 0.0) > trio.current_time():
