@@ -10,7 +10,8 @@ Promises (times are the caller's wall clock in ms; nothing here reads a clock):
   queued copy leaves the node network (:func:`transitions.send_to_fallback`: deterministic jobs
   go to ``fallback``, timing jobs end ``unscored``). A job whose copies are all leased or
   answered at its deadline keeps going (its leases are bounded by their own deadlines). Returns
-  every job now awaiting the trusted evaluator, including those the rules sent there earlier.
+  the events; a ``fallback`` event names each job it sent to the trusted evaluator (which
+  reads its work with :func:`~hypertrain.compute.jobs.pending_fallbacks`).
 - :func:`next_deadline_ms`: the earliest instant at which :func:`expire_due` or
   :func:`fallback_due` has work (a lease's ``deadline_ms + 1``, a waiting job's
   ``wait_deadline_ms``), or None. Read from the store, so a restarted reaper rebuilds its timer
@@ -21,8 +22,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from hypertrain.compute.jobs import pending_fallbacks
-from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event, Job
+from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event
 from hypertrain.compute.rows import JOB_COLUMNS, get_copy, job_from_row
 from hypertrain.compute.transitions import expire_copy, send_to_fallback
 from hypertrain.scoring.registry import get_challenge
@@ -51,7 +51,7 @@ def expire_due(
     return events
 
 
-def fallback_due(conn: sqlite3.Connection, now_ms: int) -> tuple[list[Job], list[Event]]:
+def fallback_due(conn: sqlite3.Connection, now_ms: int) -> list[Event]:
     """Send steps whose window ended to the fallback (module doc)."""
     rows = conn.execute(
         f"SELECT {JOB_COLUMNS} FROM compute_jobs WHERE {_WAITING} AND wait_deadline_ms <= ?"
@@ -62,7 +62,7 @@ def fallback_due(conn: sqlite3.Connection, now_ms: int) -> tuple[list[Job], list
     for row in rows:
         job = job_from_row(row)
         events += send_to_fallback(conn, job, get_challenge(job.challenge), "wait", now_ms)
-    return pending_fallbacks(conn), events
+    return events
 
 
 def next_deadline_ms(conn: sqlite3.Connection) -> int | None:

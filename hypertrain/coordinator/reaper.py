@@ -46,11 +46,11 @@ class LeaseReaper:
         hub = self.ctx.compute
         now = self._now_ms()
         expired = await self.ctx.db.write(partial(expire_due, settings=hub.settings), now)
-        pending, ended = await self.ctx.db.write(fallback_due, now)
+        ended = await self.ctx.db.write(fallback_due, now)
         publish_compute(self.ctx.events, [*expired, *ended])
         if expired:
             hub.work_changed()
-        if pending:
+        if any(kind == "fallback" for kind, _ in [*expired, *ended]):
             hub.fallback_changed()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -26,6 +26,7 @@ from hypertrain.compute import (
     fallback_due,
     get_node,
     lease,
+    pending_fallbacks,
     register_node,
     settle_trusted,
     submit_result,
@@ -185,7 +186,7 @@ class Book:
         return events
 
     async def fallback(self, now: int) -> list[Job]:
-        jobs, events = await self.db.write(lambda c: fallback_due(c, now))
+        events, jobs = await self.db.write(lambda c: (fallback_due(c, now), pending_fallbacks(c)))
         self._keep(events)
         return jobs
 
