@@ -241,16 +241,7 @@ class NodeClient:
             headers=headers,
             timeout=self.timeouts.httpx(read),
         ) as response:
-            raw = bytearray()
-            async for chunk in response.aiter_bytes():
-                raw += chunk
-                if len(raw) > MAX_ANSWER_BYTES:
-                    raise Refused(response.status_code, "answer too large")
-        try:
-            decoded: Any = json.loads(raw) if raw else None
-        except ValueError:
-            decoded = None
-        return response.status_code, decoded
+            return response.status_code, await _read_json_capped(response)
 
     async def _retrying(
         self, call: Callable[[], Awaitable[T]], *, retry_on: tuple[type[Exception], ...]
@@ -343,12 +334,7 @@ class NodeClient:
                     "GET", self.base_url + path, headers=headers, timeout=timeout
                 ) as response:
                     if not response.is_success:
-                        await response.aread()
-                        try:
-                            body = response.json()
-                        except ValueError:
-                            body = None
-                        self._check(response.status_code, body)
+                        self._check(response.status_code, await _read_json_capped(response))
                     length = response.headers.get("content-length")
                     if length is not None and (not length.isdigit() or int(length) > spec.size):
                         raise InputMismatch(
@@ -384,13 +370,18 @@ class NodeClient:
         verdict = checked.get("status")
         return PostAnswer(200, verdict if isinstance(verdict, str) else None, "", checked)
 
-    async def status(self) -> dict[str, Any]:
-        """``GET /v1/compute/status`` (public)."""
-        try:
-            status, answer = await self._send("GET", "/v1/compute/status", body=None, auth=False)
-            return self._check(status, answer)
-        except (httpx.TransportError, _ServerError) as e:
-            raise Unreachable(_why(e)) from None
+
+async def _read_json_capped(response: httpx.Response) -> Any:
+    """The answer's JSON, read up to :data:`MAX_ANSWER_BYTES` (None when not JSON)."""
+    raw = bytearray()
+    async for chunk in response.aiter_bytes():
+        raw += chunk
+        if len(raw) > MAX_ANSWER_BYTES:
+            raise Refused(response.status_code, "answer too large")
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
 
 
 class _ServerError(Exception):

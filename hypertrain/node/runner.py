@@ -259,7 +259,7 @@ class NodeRunner:
             return self._probed
         probed = await self._probe()
         self._probed_at = trio.current_time()
-        if self._probed is None or attrs.astuple(probed) != attrs.astuple(self._probed):
+        if probed != self._probed:
             can = ", ".join(probed.capabilities) or "nothing (no job will be offered)"
             self._say(f"can run: {can} on {probed.hardware} ({probed.described})")
         self._probed = probed
