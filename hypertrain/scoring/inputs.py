@@ -27,16 +27,16 @@ most that many plus one, and refuses a longer file before parsing it).
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.errors import Malformed, SchemaError
+from hypertrain.protocol.jcs import parse_json
 from hypertrain.protocol.manifest import ModelSpec
 from hypertrain.trainer.codec import BLOCK, MAGIC_DENSE_INT8, F32Array, decode_payload
 from hypertrain.trainer.errors import UnsupportedModel
@@ -89,29 +89,14 @@ def check_input_name(name: object) -> str:
     return name
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key[:40]!r}")
-        out[key] = value
-    return out
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def parse_model(data: bytes, name: str = "model.json") -> ModelSpec:
     """The :class:`ModelSpec` of a ``model.json`` (module doc)."""
     if len(data) > MODEL_JSON_MAX:
         raise BadInput(f"{name}: {len(data)} bytes, at most {MODEL_JSON_MAX} allowed")
     try:
-        body = json.loads(
-            data.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant
-        )
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise BadInput(f"{name}: not a JSON document ({str(e)[:200]})") from None
+        body = parse_json(data)
+    except Malformed as e:
+        raise BadInput(f"{name}: not a JSON document ({e.detail[:200]})") from None
     if not isinstance(body, dict):
         raise BadInput(f"{name}: not a JSON object")
     try:

@@ -45,6 +45,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
+from hypertrain.protocol.errors import Malformed
+from hypertrain.protocol.jcs import parse_json
 from hypertrain.scoring.audit import arm
 from hypertrain.scoring.hostile import ACTIONS, HOSTILE_ENV, HOSTILE_PREFIX, run_hostile
 from hypertrain.scoring.inputs import BadInput
@@ -80,9 +82,9 @@ def parse_request(data: bytes) -> tuple[str, int, dict[str, str]]:
     if len(data) > REQUEST_MAX:
         raise BadInput(f"request: more than {REQUEST_MAX} bytes")
     try:
-        body = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise BadInput(f"request: not JSON ({str(e)[:200]})") from None
+        body = parse_json(data)
+    except Malformed as e:
+        raise BadInput(f"request: not JSON ({e.detail[:200]})") from None
     if not isinstance(body, dict) or set(body) != {"challenge", "version", "inputs"}:
         raise BadInput("request: must be an object with exactly challenge, version, inputs")
     challenge, version, inputs = body["challenge"], body["version"], body["inputs"]
