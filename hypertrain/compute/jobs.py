@@ -18,7 +18,6 @@ Promises:
 from __future__ import annotations
 
 import json
-import re
 import secrets
 import sqlite3
 from collections.abc import Mapping, Sequence
@@ -27,11 +26,11 @@ from typing import Any, Final
 from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event, Job
 from hypertrain.compute.rows import JOB_COLUMNS, job_from_row
 from hypertrain.protocol.errors import Malformed, NotFound
+from hypertrain.protocol.validators import is_hex64
 from hypertrain.scoring.registry import Challenge, UnknownChallenge, get_challenge
 
 __all__ = ["canonical_subject", "enqueue_step", "job_scores", "pending_fallbacks"]
 
-_SHA256: Final = re.compile(r"[0-9a-f]{64}")
 _FIRST_COPIES: Final = 2
 
 
@@ -54,7 +53,7 @@ def _inputs(challenge: Challenge, inputs: object) -> list[dict[str, Any]]:
         if not isinstance(item, Mapping) or set(item) != {"name", "sha256", "size"}:
             raise Malformed("inputs: each is exactly {name, sha256, size}")
         name, sha, size = item["name"], item["sha256"], item["size"]
-        if not isinstance(sha, str) or _SHA256.fullmatch(sha) is None:
+        if not is_hex64(sha):
             raise Malformed(f"inputs: {name!r} needs a lower-case sha256 hex")
         if type(size) is not int or size < 0:
             raise Malformed(f"inputs: {name!r} needs a non-negative integer size")

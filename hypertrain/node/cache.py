@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
@@ -25,12 +24,12 @@ from typing import Final
 import attrs
 import trio
 
+from hypertrain.protocol.validators import is_hex64
 from hypertrain.scoring.inputs import check_input_name
 
 __all__ = ["CHUNK", "InputCache", "InputMismatch", "InputSpec"]
 
 CHUNK: Final = 1 << 20
-_HEX64: Final = re.compile(r"[0-9a-f]{64}")
 MAX_INPUT_BYTES: Final = 1 << 32
 
 
@@ -47,7 +46,7 @@ class InputSpec:
     size: int
 
     def __attrs_post_init__(self) -> None:
-        if not _HEX64.fullmatch(self.sha256):
+        if not is_hex64(self.sha256):
             raise ValueError(f"input {self.name}: sha256 is not 64 lowercase hex chars")
         if not 0 <= self.size <= MAX_INPUT_BYTES:
             raise ValueError(f"input {self.name}: size {self.size} out of range")

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import Any, Final
 
 import attrs
 
+from hypertrain.protocol.f32 import is_f32_hex
+from hypertrain.protocol.validators import is_hex64
 from hypertrain.scoring.registry import Challenge, FailureClass
 from nurseries import ProcessResult
 
@@ -36,8 +37,6 @@ _WORKER_CLASSES: Final[dict[str, tuple[FailureClass, int]]] = {
     "oom": ("oom", 1),
     "crash": ("crash", 1),
 }
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-_HEX8 = re.compile(r"[0-9a-f]{8}")
 
 
 @attrs.frozen(kw_only=True)
@@ -68,13 +67,11 @@ def check_result(challenge: Challenge, result: object) -> str | None:
     """
     if not isinstance(result, dict):
         return "the result is not an object"
-    if not isinstance(result.get("fingerprint"), str) or not _HEX64.fullmatch(
-        result["fingerprint"]
-    ):
+    if not is_hex64(result.get("fingerprint")):
         return "the result has no 64-hex fingerprint"
     objective = result.get(challenge.objective)
     if challenge.kind == "deterministic":
-        if not isinstance(objective, str) or not _HEX8.fullmatch(objective):
+        if not is_f32_hex(objective):
             return f"objective {challenge.objective!r} is not 8 hex chars"
     elif (
         isinstance(objective, bool)
