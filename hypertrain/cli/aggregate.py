@@ -47,25 +47,25 @@ from hypertrain.cli._common import (
 )
 from hypertrain.protocol.errors import KeyfileError, ProtocolError
 from hypertrain.protocol.keys import load_keypair
+from hypertrain.protocol.tokens import MAX_TOKEN_FILE_BYTES, token_in
 
 __all__ = ["DEFAULT_STATE_DIR", "EXIT_UNREACHABLE", "aggregate_main", "read_token_file", "register"]
 
 EXIT_UNREACHABLE: Final = 3
 DEFAULT_STATE_DIR: Final = "aggregator-state"
-_MAX_TOKEN_BYTES: Final = 4096
 
 
 def read_token_file(path: str) -> str:
     """The one token in file ``path``; CliError (exit 2) when unreadable, empty or not one
     token."""
     try:
-        data = Path(path).read_bytes()[: _MAX_TOKEN_BYTES + 1]
+        data = Path(path).read_bytes()[: MAX_TOKEN_FILE_BYTES + 1]
     except FileNotFoundError:
         raise CliError(f"--admin-token-file {path}: no such file") from None
     except OSError as e:
         raise CliError(f"--admin-token-file {path}: cannot read ({e.strerror})") from None
-    token = data.strip()
-    if len(data) > _MAX_TOKEN_BYTES or not token or any(c <= 32 for c in token):
+    token = token_in(data)
+    if token is None:
         raise CliError(
             f"--admin-token-file {path}: does not hold one token (empty, too long or"
             " containing whitespace)"

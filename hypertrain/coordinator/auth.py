@@ -29,6 +29,7 @@ import attrs
 from quart import request
 
 from hypertrain.protocol.errors import AuthError, Forbidden, NotConfigured
+from hypertrain.protocol.tokens import MAX_TOKEN_FILE_BYTES, token_in
 
 if TYPE_CHECKING:
     from hypertrain.coordinator.context import Coordinator
@@ -45,8 +46,6 @@ __all__ = [
     "require_worker",
 ]
 
-MAX_TOKEN_FILE_BYTES: Final = 4096
-"""A token file longer than this is refused (503) unread."""
 SLUG_HEADER: Final = "X-Platform-Challenge-Slug"
 """The header the Cortex master sends with internal calls; must equal our slug."""
 
@@ -119,8 +118,8 @@ class TokenFiles:
             raise NotConfigured(
                 f"{kind.value} token file unreadable ({kind.env}: {e.strerror})"
             ) from None
-        token = data.strip()
-        if len(data) > MAX_TOKEN_FILE_BYTES or not token or any(c <= 32 for c in token):
+        token = token_in(data)
+        if token is None:
             raise NotConfigured(
                 f"{kind.value} token file does not hold one token ({kind.env}: empty, "
                 f"too long or containing whitespace)"
