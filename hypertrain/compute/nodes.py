@@ -23,6 +23,8 @@ import secrets
 import sqlite3
 from typing import Final
 
+import attrs
+
 from hypertrain.compute.keys import (
     check_handle,
     is_node_key,
@@ -41,6 +43,7 @@ __all__ = [
     "get_node",
     "normalise_capabilities",
     "normalise_hardware",
+    "online_nodes",
     "register_node",
     "set_profile",
 ]
@@ -103,6 +106,15 @@ def get_node(conn: sqlite3.Connection, node_id: str) -> Node:
     if row is None:
         raise NotFound(f"no compute node {node_id}")
     return _node(row)
+
+
+def online_nodes(conn: sqlite3.Connection, since_ms: int) -> list[Node]:
+    """Every node seen at or after ``since_ms``, by id (one query)."""
+    rows = conn.execute(
+        f"SELECT {_NODE_COLUMNS} FROM compute_nodes WHERE last_seen_ms >= ? ORDER BY node_id",
+        (since_ms,),
+    ).fetchall()
+    return [_node(row) for row in rows]
 
 
 def _by_key(conn: sqlite3.Connection, key: object) -> Node:
@@ -197,4 +209,4 @@ def authenticate(conn: sqlite3.Connection, key: object, now_ms: int) -> Node:
     conn.execute(
         "UPDATE compute_nodes SET last_seen_ms = ? WHERE node_id = ?", (now_ms, node.node_id)
     )
-    return get_node(conn, node.node_id)
+    return attrs.evolve(node, last_seen_ms=now_ms)

@@ -19,8 +19,9 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Final
 
+from hypertrain.compute.leases import eligible_challenges
 from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings
-from hypertrain.compute.nodes import get_node
+from hypertrain.compute.nodes import online_nodes
 from hypertrain.compute.rules import DAY_MS
 from hypertrain.scoring.registry import REGISTRY
 
@@ -33,22 +34,12 @@ def status(
     conn: sqlite3.Connection, now_ms: int, *, settings: ComputeSettings = DEFAULT_SETTINGS
 ) -> dict[str, Any]:
     """The public status JSON (module doc)."""
-    ids = conn.execute(
-        "SELECT node_id FROM compute_nodes WHERE last_seen_ms >= ? ORDER BY node_id",
-        (now_ms - settings.online_ms,),
-    ).fetchall()
-    online = [get_node(conn, str(i)) for (i,) in ids]
+    online = online_nodes(conn, now_ms - settings.online_ms)
+    capable = [
+        eligible_challenges(n.capabilities, n.hardware) for n in online if not n.disabled(now_ms)
+    ]
     challenges = {
-        c.id: {
-            "capable_nodes": sum(
-                1
-                for n in online
-                if not n.disabled(now_ms)
-                and c.capability in n.capabilities
-                and (c.kind != "timing" or n.hardware == c.hardware_class)
-            )
-        }
-        for c in REGISTRY.values()
+        c.id: {"capable_nodes": sum(1 for can in capable if c in can)} for c in REGISTRY.values()
     }
     counts = dict(
         conn.execute(
