@@ -15,7 +15,6 @@ Promises of :func:`settle_trusted` (one transaction):
 
 from __future__ import annotations
 
-import json
 import sqlite3
 
 from hypertrain.compute.answers import Answer
@@ -23,6 +22,7 @@ from hypertrain.compute.ledger import set_verdict
 from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event
 from hypertrain.compute.rows import counted, get_job
 from hypertrain.compute.rules import judge
+from hypertrain.compute.transitions import mark_settled
 from hypertrain.protocol.errors import Conflict, Malformed
 from hypertrain.scoring.registry import get_challenge
 
@@ -46,17 +46,8 @@ def settle_trusted(
     if job.state != "fallback":
         raise Conflict(f"job {job_id} is {job.state}, not waiting for the fallback")
     challenge = get_challenge(job.challenge)
-    conn.execute(
-        "UPDATE compute_jobs SET state = 'settled', settled_how = 'fallback', result = ?,"
-        " settled_ms = ? WHERE job_id = ?",
-        (json.dumps(trusted.to_json()), now_ms, job_id),
-    )
-    conn.execute(
-        "UPDATE compute_copies SET state = 'cancelled' WHERE job_id = ? AND state = 'queued'",
-        (job_id,),
-    )
-    payload = {"job": job_id, "challenge": job.challenge, "state": "settled", "how": "fallback"}
-    events: list[Event] = [("settled", {**payload, "result": trusted.to_json()})]
+    # Copies still leased keep their lease: their answers are judged when they arrive.
+    events = mark_settled(conn, job, "fallback", trusted, ("queued",), now_ms)
     for copy in counted(conn, job_id):
         if copy.verdict is None and copy.answer is not None:
             verdict = judge(challenge, trusted, copy.answer)

@@ -34,6 +34,7 @@ from hypertrain.scoring.registry import Challenge
 __all__ = [
     "apply_decision",
     "expire_copy",
+    "mark_settled",
     "queue_copy",
     "send_to_fallback",
     "settle_job",
@@ -130,6 +131,26 @@ def expire_copy(
     return events
 
 
+def mark_settled(
+    conn: sqlite3.Connection,
+    job: Job,
+    how: str,
+    result: Answer,
+    cancel: tuple[str, ...],
+    now_ms: int,
+) -> list[Event]:
+    """Record ``job`` settled ``how`` with ``result``, cancel its copies in ``cancel`` states;
+    the ``settled`` event (the verdicts of its copies are the caller's)."""
+    conn.execute(
+        "UPDATE compute_jobs SET state = 'settled', settled_how = ?, result = ?, settled_ms = ?"
+        " WHERE job_id = ?",
+        (how, json.dumps(result.to_json()), now_ms, job.job_id),
+    )
+    _cancel(conn, job.job_id, cancel)
+    payload = {"job": job.job_id, "challenge": job.challenge, "state": "settled", "how": how}
+    return [("settled", {**payload, "result": result.to_json()})]
+
+
 def settle_job(
     conn: sqlite3.Connection,
     job: Job,
@@ -142,14 +163,7 @@ def settle_job(
     settings: ComputeSettings,
 ) -> list[Event]:
     """Settle ``job`` (module doc)."""
-    conn.execute(
-        "UPDATE compute_jobs SET state = 'settled', settled_how = ?, result = ?, settled_ms = ?"
-        " WHERE job_id = ?",
-        (how, json.dumps(result.to_json()), now_ms, job.job_id),
-    )
-    _cancel(conn, job.job_id, ("queued", "leased"))
-    payload = {"job": job.job_id, "challenge": job.challenge, "state": "settled", "how": how}
-    events: list[Event] = [("settled", {**payload, "result": result.to_json()})]
+    events = mark_settled(conn, job, how, result, ("queued", "leased"), now_ms)
     for copy in winners:
         events += pay(conn, copy, now_ms, settings)
     for copy in losers:
