@@ -20,6 +20,7 @@ __all__ = [
     "CliGroup",
     "OneLineParser",
     "Subparsers",
+    "exception_leaves",
     "fail",
     "hex64_arg",
     "positive_int_arg",
@@ -104,3 +105,11 @@ def positive_int_arg(value: str) -> int:
     if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= MAX_SAFE_INT:
         raise argparse.ArgumentTypeError(f"{value!r} is not an int in [1, 2^53-1]")
     return int(value)
+
+
+def exception_leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside ``exc``'s (nested) exception groups, or ``[exc]``: what a command's
+    process boundary classifies after ``trio.run``."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in exception_leaves(inner)]
+    return [exc]

@@ -37,7 +37,14 @@ from typing import Any, Final
 import httpx
 import trio
 
-from hypertrain.cli._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE, OneLineParser, print_json
+from hypertrain.cli._common import (
+    EXIT_INVALID,
+    EXIT_OK,
+    EXIT_USAGE,
+    OneLineParser,
+    exception_leaves,
+    print_json,
+)
 from hypertrain.miner.client import ApiError
 from hypertrain.miner.config import ConfigError, load_config
 from hypertrain.miner.honeypot import HoneypotMode
@@ -166,14 +173,8 @@ def _run(args: argparse.Namespace) -> int:
     return summary.exit_code
 
 
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
-    return [exc]
-
-
 def _classify(exc: BaseException) -> int:
-    leaves = _leaves(exc)
+    leaves = exception_leaves(exc)
     for leaf in leaves:
         if isinstance(leaf, MinerFatal):
             return _fail(str(leaf), EXIT_USAGE)

@@ -28,7 +28,14 @@ from typing import Final
 
 import trio
 
-from hypertrain.cli._common import EXIT_INVALID, EXIT_OK, EXIT_USAGE, OneLineParser, print_json
+from hypertrain.cli._common import (
+    EXIT_INVALID,
+    EXIT_OK,
+    EXIT_USAGE,
+    OneLineParser,
+    exception_leaves,
+    print_json,
+)
 from hypertrain.compute.keys import check_handle
 from hypertrain.node.client import NodeClient
 from hypertrain.node.identity import IdentityError, coordinator_url
@@ -108,12 +115,6 @@ async def _serve(args: argparse.Namespace, url: str) -> tuple[int, NodeStatistic
     return code, runner.statistics()
 
 
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
-    return [exc]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point: returns the exit status (module doc)."""
     args = build_parser().parse_args(argv)
@@ -128,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code, _ = trio.run(_serve, args, url)
     except BaseException as e:  # the process boundary: one line, classified
-        for leaf in _leaves(e):
+        for leaf in exception_leaves(e):
             if isinstance(leaf, IdentityError | NodeFileError):
                 return _fail(str(leaf), EXIT_USAGE)
             if isinstance(leaf, NodeFatal):
