@@ -21,18 +21,18 @@ No clock, no I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 import attrs
 
+from hypertrain.compute.answers import ERROR_TEXT_LIMIT
 from hypertrain.node.cache import InputSpec
 from hypertrain.scoring.inputs import BadInput, check_input_name
 from hypertrain.scoring.outcome import ScoreOutcome
 from hypertrain.scoring.registry import REGISTRY, Challenge
 
-__all__ = ["ERROR_SHOWN", "BadOffer", "JobOffer", "describe", "fit", "result_body"]
+__all__ = ["BadOffer", "JobOffer", "describe", "fit", "result_body"]
 
-ERROR_SHOWN: Final = 1000
 """Characters of a failure's diagnostic text that are posted."""
 
 
@@ -142,7 +142,7 @@ def result_body(offer: JobOffer, outcome: ScoreOutcome) -> dict[str, Any]:
         result = {**outcome.result, "wallMs": outcome.wall_ms}
         return {"lease": offer.lease, "ok": True, "result": result}
     failure = outcome.failure or "crash"
-    error = " ".join(outcome.error.split())[:ERROR_SHOWN] or failure
+    error = " ".join(outcome.error.split())[:ERROR_TEXT_LIMIT] or failure
     return {"lease": offer.lease, "ok": False, "class": failure, "error": error}
 
 

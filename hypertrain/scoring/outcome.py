@@ -29,7 +29,10 @@ from hypertrain.protocol.validators import is_hex64
 from hypertrain.scoring.registry import Challenge, FailureClass
 from nurseries import ProcessResult
 
-__all__ = ["STDERR_SHOWN", "ScoreOutcome", "check_result", "classify"]
+__all__ = ["ERROR_MAX", "STDERR_SHOWN", "ScoreOutcome", "check_result", "classify"]
+
+ERROR_MAX: Final = 1000
+"""The longest error text a scorer reports (the worker cuts to it; so does the parent)."""
 
 STDERR_SHOWN: Final = 300
 _WORKER_CLASSES: Final[dict[str, tuple[FailureClass, int]]] = {
@@ -121,7 +124,7 @@ def classify(challenge: Challenge, proc: ProcessResult) -> ScoreOutcome:
         failure = _WORKER_CLASSES.get(str(body.get("class")))
         error = body.get("error")
         if failure is not None and failure[1] == proc.returncode and isinstance(error, str):
-            return ScoreOutcome.failed(failure[0], error[:1000], wall_ms)
+            return ScoreOutcome.failed(failure[0], error[:ERROR_MAX], wall_ms)
     return ScoreOutcome.failed(
         "crash",
         f"scorer produced no result (exit {proc.returncode}): {_stderr(proc)}",

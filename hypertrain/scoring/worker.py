@@ -51,6 +51,7 @@ from hypertrain.scoring.audit import arm
 from hypertrain.scoring.hostile import ACTIONS, HOSTILE_ENV, HOSTILE_PREFIX, run_hostile
 from hypertrain.scoring.inputs import BadInput
 from hypertrain.scoring.jobs import SCORING_ENV, check_job_inputs
+from hypertrain.scoring.outcome import ERROR_MAX
 from hypertrain.scoring.registry import Challenge, UnknownChallenge, get_challenge
 from hypertrain.trainer.determinism import configure
 
@@ -60,7 +61,6 @@ EXIT_OK: Final = 0
 EXIT_CRASH: Final = 1
 EXIT_BAD_INPUT: Final = 3
 REQUEST_MAX: Final = 64 * 1024
-ERROR_MAX: Final = 1000
 
 
 def _emit(body: Mapping[str, Any], code: int) -> NoReturn:
