@@ -54,7 +54,6 @@ class RunFacts:
     newest_round: int | None
     """The highest opened round; None before round 0 opens."""
     total_rounds: int | None
-    now_round: int
 
     @property
     def running(self) -> bool:
@@ -84,7 +83,6 @@ def run_facts(view: Mapping[str, Any]) -> RunFacts:
         manifest=manifest,
         newest_round=max(rounds, default=None),
         total_rounds=None if total is None else int(total),
-        now_round=int(_field(view, "now_round", "run view")),
     )
 
 

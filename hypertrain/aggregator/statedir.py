@@ -19,6 +19,7 @@ import json
 import os
 from pathlib import Path
 
+import attrs
 from attrs import frozen
 
 from hypertrain.aggregator.step import Step
@@ -86,13 +87,7 @@ class StateDir:
         merged = MergedRound(
             step.w, step.tape_key, step.out_state, step.theta_start_sha256, step.theta_hash
         )
-        record = {
-            "w": merged.w,
-            "tape_key": merged.tape_key,
-            "out_state": merged.out_state,
-            "theta_start_sha256": merged.theta_start_sha256,
-            "theta_hash": merged.theta_hash,
-        }
+        record = attrs.asdict(merged)
         _write_atomic(self._round_path(step.run_id, step.w), json.dumps(record).encode())
         return merged
 
