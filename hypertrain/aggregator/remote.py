@@ -24,8 +24,9 @@ merge_next`:
    ``PUT .../rounds/{w + 1}/state``. When round ``w + 1`` is already open: with our
    ``theta_hash`` (an earlier run of this command stopped half-way) its state is still
    published; with another one (someone else merged) nothing is published and the report says so;
-5. record the tape with ``PUT .../rounds/{w}/tape`` (:mod:`hypertrain.coordinator.taperecord`),
-   also for the last round, so the daemon shows the merge and evaluates its held-out loss.
+5. record the tape with ``PUT .../rounds/{w}/tape``
+   (:mod:`hypertrain.coordinator.flows.taperecord`), also for the last round, so the daemon
+   shows the merge and evaluates its held-out loss.
 
 Idempotent after a crash anywhere: the objects are content addressed, the start state is
 write-once, and each pass first makes sure the newest round's start state is published when
@@ -59,6 +60,7 @@ from hypertrain.aggregator.step import Step, compute_step
 from hypertrain.aggregator.tape import parse_signed_tape, tape_bytes, verify_tape
 from hypertrain.protocol.envelope import NEVER, seal
 from hypertrain.protocol.keys import Keypair
+from nurseries import run_inline
 
 __all__ = ["OPEN_TRIES", "RemoteAggregator", "RemoteConfig", "StateUnknown"]
 
@@ -173,7 +175,7 @@ class RemoteAggregator:
         theta_hash = str(round_open_of(inputs)["theta_hash"])
         prev_key = await self._prev_state_key(run, w, theta_hash)
         step = await compute_step(
-            self._fetch, merge_inputs(run, inputs, prev_key), self.config.coord
+            self._fetch, merge_inputs(run, inputs, prev_key), self.config.coord, run_inline
         )
         self.state.save(step)
         for blob in step.objects:

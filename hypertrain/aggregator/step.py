@@ -1,7 +1,7 @@
 """One global merge step from its inputs: the single implementation of spec 7's round merge.
 
 Both aggregators run this code: the daemon's own service (inputs read from its database,
-objects read from its store; :mod:`hypertrain.coordinator.aggregation`) and ``hypertrain
+objects read from its store; :mod:`hypertrain.coordinator.flows.aggregation`) and ``hypertrain
 aggregate`` on another machine (inputs from ``GET .../inputs``, objects over HTTP;
 :mod:`hypertrain.aggregator.remote`). Promises:
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from attrs import frozen
 
@@ -38,7 +39,9 @@ from hypertrain.protocol.manifest import RunManifest
 from hypertrain.trainer.codec import F32Array, decode_payload
 from hypertrain.trainer.params import init_params
 from hypertrain.trainer.state import pack_state
-from nurseries import RunSync, run_inline
+
+if TYPE_CHECKING:
+    from nurseries import RunSync
 
 __all__ = ["Fetch", "MergeInputs", "Step", "compute_step", "genesis_state", "merge_blobs"]
 
@@ -92,7 +95,7 @@ def genesis_state(manifest: RunManifest, theta_hash: str) -> OuterState:
 
 
 async def compute_step(
-    fetch: Fetch, inputs: MergeInputs, coord: Keypair, run_sync: RunSync = run_inline
+    fetch: Fetch, inputs: MergeInputs, coord: Keypair, run_sync: RunSync
 ) -> Step:
     """Merge round ``inputs.w`` (module doc): fetch every blob, then compute in ``run_sync``
     (a worker thread in the daemon: seconds of CPU for a big model must not stop the loop)."""

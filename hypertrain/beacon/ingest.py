@@ -21,14 +21,16 @@ the DB runner (``await db.read(latest_round)``). Callers that keep a
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from hypertrain.beacon.bls import check_round
 from hypertrain.beacon.chain import BeaconRound, ChainInfo
 from hypertrain.protocol.errors import Conflict
-from hypertrain.store import Database
+
+if TYPE_CHECKING:
+    from hypertrain.store.db import Database
 
 __all__ = ["IngestResult", "decide", "get_round", "ingest_round", "latest_round", "store_round"]
 

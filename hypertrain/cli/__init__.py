@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from hypertrain.cli import aggregate, beacon, datasets, envelope, jcs, keys, manifest
-from hypertrain.cli._common import (
+from hypertrain.cli.common import (
     EXIT_INVALID,
     EXIT_USAGE,
     CliError,

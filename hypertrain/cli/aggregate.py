@@ -34,7 +34,7 @@ from hypertrain.aggregator.remote_client import (
     TokenRefused,
 )
 from hypertrain.aggregator.remote_plan import KeyMismatch, MergeReport
-from hypertrain.cli._common import (
+from hypertrain.cli.common import (
     EXIT_INVALID,
     EXIT_OK,
     EXIT_USAGE,

@@ -39,7 +39,7 @@ from hypertrain.beacon.pusher import (
 )
 from hypertrain.beacon.relays import DEFAULT_QUERY_TIMEOUT, DEFAULT_RELAYS, RelayClient
 from hypertrain.beacon.sinks import HttpSink, read_token
-from hypertrain.cli._common import (
+from hypertrain.cli.common import (
     EXIT_INVALID,
     EXIT_OK,
     EXIT_USAGE,

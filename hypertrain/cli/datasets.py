@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hypertrain.cli._common import (
+from hypertrain.cli.common import (
     EXIT_INVALID,
     EXIT_OK,
     CliError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hypertrain.cli._common import (
+from hypertrain.cli.common import (
     EXIT_INVALID,
     EXIT_OK,
     CliError,

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from hypertrain.cli._common import EXIT_OK, Subparsers, read_json
+from hypertrain.cli.common import EXIT_OK, Subparsers, read_json
 from hypertrain.protocol.jcs import canonical_json
 
 __all__ = ["register"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hypertrain.cli._common import EXIT_OK, OneLineParser, Subparsers, print_json
+from hypertrain.cli.common import EXIT_OK, OneLineParser, Subparsers, print_json
 from hypertrain.protocol.keys import Keypair, load_keypair, write_seed_file
 
 __all__ = ["register"]

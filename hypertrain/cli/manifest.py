@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from hypertrain.beacon.chain import ChainInfo
-from hypertrain.cli._common import (
+from hypertrain.cli.beacon import load_chain
+from hypertrain.cli.common import (
     EXIT_INVALID,
     EXIT_OK,
     EXIT_USAGE,
@@ -30,7 +31,6 @@ from hypertrain.cli._common import (
     print_json,
     read_json,
 )
-from hypertrain.cli.beacon import load_chain
 from hypertrain.datasets.errors import DatasetError
 from hypertrain.datasets.manifest import MANIFEST_FILE, DatasetManifest, load_record
 from hypertrain.protocol.converter import structure, unstructure

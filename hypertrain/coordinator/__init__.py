@@ -1,45 +1,42 @@
-"""The HTTP coordinator: quart-trio app factory, shared context, auth, events, error mapping.
+"""The daemon's HTTP coordinator, in four rooms (DESIGN.md section 2):
 
-- :class:`CoordinatorSettings` (``settings``): deployment settings (spec section 9.2).
-- :class:`Coordinator` (``context``): the state every route closes over; the one beacon ingest
-  path (``ingest_beacon``) and :class:`CoordinatorSink` for the in-process pusher.
-- ``auth``: :class:`TokenFiles` and ``require_admin/worker/internal``.
-- ``http``: ``read_json`` (413 before parsing, strict JSON), ``json_response``, error mapping.
-- ``events``: :class:`EventHub` (drop-oldest live feed) behind ``GET /v1/events``.
-- ``app``: ``create_app(ctx)``, registering every ``routes_*`` module (import it from
-  ``hypertrain.coordinator.app``; not re-exported here, so route modules may import this
-  package without a cycle).
+=============  ==================================================================================
+``web/``       the only quart importers: ``create_app``, body reading and error mapping, the auth
+               guards, one module of routes per audience
+``flows/``     one synchronous transaction function per request (sqlite3 only, no trio)
+``tables/``    the SQL of the coordinator's tables, one module per table group
+``services/``  the Trio loops the daemon's services table (:mod:`hypertrain.daemon.services`)
+               starts
+=============  ==================================================================================
+
+At the top, shared by all four:
+
+- :class:`CoordinatorSettings` (``settings``): deployment settings (spec section 9.2);
+- :class:`Coordinator` (``context``): the state every route and service closes over, and the
+  one beacon ingest path (``ingest_beacon``, :class:`CoordinatorSink` for the pusher);
+- :class:`TokenFiles` (``tokens``): the admin, worker and internal bearer tokens;
+- the hubs: :class:`EventHub` (``events``, the drop-oldest live feed behind ``GET
+  /v1/events``), :class:`ComputeHub` (``computehub``, the compute network's wake-ups) and the
+  metagraph (``metagraph``).
+
+Nothing here imports quart: import the app factory from :mod:`hypertrain.coordinator.web.app`.
 """
 
-from hypertrain.coordinator.auth import (
-    Forbidden,
-    TokenFiles,
-    TokenKind,
-    require_admin,
-    require_internal,
-    require_worker,
-)
+from hypertrain.coordinator.computehub import ComputeHub
 from hypertrain.coordinator.context import Coordinator, CoordinatorSink
 from hypertrain.coordinator.events import EventHub, EventHubStatistics, HubEvent, Subscription
-from hypertrain.coordinator.http import json_response, read_body, read_json, stopping_response
 from hypertrain.coordinator.settings import CoordinatorSettings
+from hypertrain.coordinator.tokens import TokenFiles, TokenKind
 
 __all__ = [
+    "ComputeHub",
     "Coordinator",
     "CoordinatorSettings",
     "CoordinatorSink",
     "EventHub",
     "EventHubStatistics",
-    "Forbidden",
     "HubEvent",
     "Subscription",
     "TokenFiles",
     "TokenKind",
-    "json_response",
-    "read_body",
-    "read_json",
-    "require_admin",
-    "require_internal",
-    "require_worker",
-    "stopping_response",
 ]

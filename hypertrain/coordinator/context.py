@@ -41,11 +41,11 @@ from hypertrain.beacon import (
     ingest_round,
     latest_round,
 )
-from hypertrain.coordinator.auth import TokenFiles
 from hypertrain.coordinator.computehub import ComputeHub
 from hypertrain.coordinator.events import EventHub
 from hypertrain.coordinator.metagraph import Metagraph, RosterOnly
 from hypertrain.coordinator.settings import CoordinatorSettings
+from hypertrain.coordinator.tokens import TokenFiles
 from hypertrain.protocol.errors import KeyfileError, NotConfigured, ProtocolError
 from hypertrain.protocol.keys import Keypair, load_keypair
 from hypertrain.store import Database, ObjectStore

@@ -3,7 +3,7 @@
 Built by the daemon (:mod:`hypertrain.daemon.settings`) from the operator guide's environment
 variables, an optional TOML file and CLI flags; tests build it directly. Paths are stored as
 given; nothing is read at construction (token and key files are read per request, see
-:mod:`hypertrain.coordinator.auth` and :meth:`Coordinator.coord_keypair
+:mod:`hypertrain.coordinator.tokens` and :meth:`Coordinator.coord_keypair
 <hypertrain.coordinator.context.Coordinator.coord_keypair>`).
 """
 

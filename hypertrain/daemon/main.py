@@ -31,13 +31,12 @@ from typing import Final
 import attrs
 import httpx
 import trio
-from quart_trio import QuartTrio
 
 from hypertrain.beacon import QUICKNET, ChainInfo, LocalChain, LocalChainError
-from hypertrain.coordinator.app import create_app
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.metagraph import MasterMetagraph, Metagraph
 from hypertrain.coordinator.settings import CoordinatorSettings
+from hypertrain.coordinator.web.app import App, AppParts, create_app
 from hypertrain.daemon.logs import configure_logging
 from hypertrain.daemon.services import SERVICES, DaemonParts, ServiceSpec
 from hypertrain.daemon.settings import ConfigError, DaemonSettings, load_settings
@@ -50,6 +49,7 @@ from nurseries import (
     Supervisor,
     SystemClock,
     WallClock,
+    offload_for,
     open_supervisor,
     serve_asgi,
     supervise,
@@ -71,13 +71,12 @@ RELAY_CLIENT_TIMEOUT: Final = httpx.Timeout(connect=3.0, read=5.0, write=5.0, po
 class DaemonHandle:
     """What :func:`serve_daemon` reports once it serves: its URL, context, app and supervisor.
 
-    ``app`` is the app being served; tests drive it in-process (route modules register
-    observers on ``ctx`` when an app is created, so build no second app over the same ``ctx``).
+    ``app`` is the app being served; tests drive it in-process.
     """
 
     url: str
     ctx: Coordinator
-    app: QuartTrio
+    app: App
     supervisor: Supervisor
 
     def request_shutdown(self, *, immediate: bool = False) -> None:
@@ -173,7 +172,9 @@ async def serve_daemon(
             wall=wall,
             metagraph=_metagraph(config, client, wall),
         )
-        app = create_app(ctx)
+        app_parts = AppParts.build(ctx, run_sync=offload_for(wall))
+        ctx.beacon_observers.append(app_parts.runs.on_beacon)
+        app = create_app(ctx, app_parts)
         http_stop = trio.Event()
         services_scope = trio.CancelScope()
 
@@ -199,7 +200,7 @@ async def serve_daemon(
                 name="http",
             )
             log.info("listening on %s (beacon: %s, D=%d)", url, settings.beacon, ctx.beacon.latest)
-            parts = DaemonParts(settings, ctx, wall, client, local_chain)
+            parts = DaemonParts(settings, ctx, wall, client, local_chain, app_parts)
             await supervisor.nursery.start(_run_services, parts, services, services_scope)
             task_status.started(DaemonHandle(url, ctx, app, supervisor))
         if supervisor.shutdown_requested:

@@ -28,12 +28,12 @@ from hypertrain.beacon import (
     RelayClient,
     TickRecord,
 )
-from hypertrain.coordinator.aggregator_service import AggregatorService
 from hypertrain.coordinator.context import Coordinator, CoordinatorSink
-from hypertrain.coordinator.fallbackpool import FallbackPool
-from hypertrain.coordinator.heldout_service import HeldoutService
-from hypertrain.coordinator.reaper import LeaseReaper
-from hypertrain.coordinator.scorefeed import ScoreFeed
+from hypertrain.coordinator.services.aggregator import AggregatorService
+from hypertrain.coordinator.services.fallback import FallbackPool
+from hypertrain.coordinator.services.heldout import HeldoutService
+from hypertrain.coordinator.services.reaper import LeaseReaper
+from hypertrain.coordinator.web.app import AppParts
 from hypertrain.daemon.settings import DaemonSettings
 from hypertrain.scoring.outcome import ScoreOutcome
 from hypertrain.scoring.registry import Challenge
@@ -79,6 +79,8 @@ class DaemonParts:
     """The client for outbound HTTP (relays); None when nothing needs one."""
     local_chain: LocalChain | None
     """The daemon's own chain in ``--beacon local`` mode."""
+    app: AppParts
+    """What the routes share with the services (the scoring feed)."""
 
 
 ServiceFactory = Callable[[DaemonParts], ServiceFn | None]
@@ -167,8 +169,7 @@ def fallback_service(parts: DaemonParts) -> ServiceFn:
 
 def scorefeed_service(parts: DaemonParts) -> ServiceFn:
     """Every uploaded delta becomes delta-loss scoring steps for the compute network."""
-    settings = parts.settings.coordinator
-    return ScoreFeed(parts.ctx, settings.holdout_dir, offload_for(parts.wall)).run
+    return parts.app.inputs.run
 
 
 SERVICES: Final[tuple[ServiceSpec, ...]] = (

@@ -46,7 +46,7 @@ import httpx
 import trio
 
 from hypertrain.beacon.chain import ChainInfo
-from hypertrain.cli._common import EXIT_USAGE, OneLineParser, positive_int_arg
+from hypertrain.cli.common import EXIT_USAGE, OneLineParser, positive_int_arg
 from hypertrain.datasets.pin import pin_async
 from hypertrain.demo.children import Child, ChildFailed, Children, open_children
 from hypertrain.demo.table import HEADER, RoundRow, Table, summary_lines, verdict

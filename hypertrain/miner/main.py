@@ -37,7 +37,7 @@ from typing import Any, Final
 import httpx
 import trio
 
-from hypertrain.cli._common import (
+from hypertrain.cli.common import (
     EXIT_INVALID,
     EXIT_OK,
     EXIT_USAGE,

@@ -28,7 +28,7 @@ from typing import Final
 
 import trio
 
-from hypertrain.cli._common import (
+from hypertrain.cli.common import (
     EXIT_INVALID,
     EXIT_OK,
     EXIT_USAGE,

@@ -15,7 +15,7 @@ import sqlite3
 import attrs
 
 from hypertrain.store.errors import StoreError
-from hypertrain.store.objects import ObjectInfo, check_key
+from hypertrain.store.keys import ObjectInfo, check_key
 
 __all__ = ["ObjectRow", "get_meta", "object_row", "record_object", "set_meta"]
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import secrets
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
@@ -39,8 +38,9 @@ from typing import BinaryIO
 import attrs
 import trio
 
-from hypertrain.protocol.errors import Malformed, NotFound, PayloadTooLarge
+from hypertrain.protocol.errors import NotFound, PayloadTooLarge
 from hypertrain.store.errors import ContentMismatch, CorruptObject
+from hypertrain.store.keys import ObjectInfo, check_key
 
 __all__ = [
     "READ_CHUNK_SIZE",
@@ -54,23 +54,7 @@ __all__ = [
 READ_CHUNK_SIZE = 1 << 20
 """Bytes per chunk handed out by :class:`ObjectReader` and read while verifying."""
 
-_KEY = re.compile(r"[0-9a-f]{64}")
 _TMP = "tmp"
-
-
-def check_key(key: object) -> str:
-    """Return ``key`` if it is 64 lowercase hex characters, else raise ``Malformed``."""
-    if not isinstance(key, str) or _KEY.fullmatch(key) is None:
-        raise Malformed(f"object key {key!r} is not 64 lowercase hex characters")
-    return key
-
-
-@attrs.frozen
-class ObjectInfo:
-    """A stored object: its key (sha256 hex of its content) and its size in bytes."""
-
-    sha256: str
-    size: int
 
 
 @attrs.frozen

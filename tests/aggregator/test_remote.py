@@ -35,15 +35,15 @@ from hypertrain.aggregator.tape_replay import replay_tape
 from hypertrain.beacon.ingest import latest_round
 from hypertrain.cli import build_parser
 from hypertrain.cli.aggregate import aggregate_main
-from hypertrain.coordinator.aggregation import (
+from hypertrain.coordinator.flows.aggregation import (
     AggregationRow,
     StepInputs,
     get_aggregation,
     step_inputs,
 )
-from hypertrain.coordinator.minerstore import miner_details
-from hypertrain.coordinator.roundstore import get_round_row
-from hypertrain.coordinator.runs import get_run
+from hypertrain.coordinator.tables.miners import miner_details
+from hypertrain.coordinator.tables.rounds import get_round_row
+from hypertrain.coordinator.tables.runs import get_run
 from hypertrain.daemon.main import DaemonHandle
 from hypertrain.daemon.services import SERVICES, DaemonParts, aggregator_service
 from hypertrain.daemon.settings import ConfigError, load_settings
@@ -51,6 +51,7 @@ from hypertrain.miner.progress import Progress
 from hypertrain.miner.session import run_miner
 from hypertrain.protocol.keys import Keypair, write_seed_file
 from hypertrain.protocol.manifest import RunManifest
+from nurseries import run_inline
 from nurseries.testing import open_asgi_transport
 from tests.coordinator.harness import ADMIN_TOKEN, WORKER_TOKEN, admin_headers
 from tests.daemon.support import running_daemon
@@ -159,10 +160,12 @@ async def test_the_remote_aggregator_merges_two_rounds_byte_for_byte_as_the_daem
         # round 1 from the remote's round 0 state (the daemon has no aggregation of round 0).
         inputs0 = await handle.ctx.db.read(step_inputs, run_id, 0)
         ours: list[Step] = [
-            await compute_step(handle.ctx.objects.get, inputs0.merge_inputs(), COORD)
+            await compute_step(handle.ctx.objects.get, inputs0.merge_inputs(), COORD, run_inline)
         ]
         inputs1 = await handle.ctx.db.read(_inputs_of, run_id, 1, ours[0].out_state)
-        ours.append(await compute_step(handle.ctx.objects.get, inputs1.merge_inputs(), COORD))
+        ours.append(
+            await compute_step(handle.ctx.objects.get, inputs1.merge_inputs(), COORD, run_inline)
+        )
         stored = {
             step.w: [
                 handle.ctx.objects.path_of(hashlib.sha256(b).hexdigest()) for b in step.objects
@@ -383,7 +386,7 @@ def test_the_aggregator_setting(tmp_path: Path) -> None:
 
 def test_the_aggregator_service_is_off_when_external(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
-    parts = DaemonParts(settings, None, None, None, None)  # type: ignore[arg-type]
+    parts = DaemonParts(settings, None, None, None, None, None)  # type: ignore[arg-type]
     external = attrs.evolve(parts, settings=attrs.evolve(settings, aggregator="external"))
     assert aggregator_service(parts) is not None
     assert aggregator_service(external) is None

@@ -19,7 +19,7 @@ from quart_trio import QuartTrio
 
 from hypertrain.beacon import BeaconRound, LocalChain
 from hypertrain.coordinator import Coordinator, CoordinatorSettings
-from hypertrain.coordinator.app import create_app
+from hypertrain.coordinator.web.app import AppParts, create_app
 from hypertrain.protocol.keys import write_seed_file
 from hypertrain.store import ObjectStore, open_database
 from nurseries import VirtualClock, WallClock
@@ -123,7 +123,9 @@ async def open_harness(
             chain=chain.info,
             wall=wall,
         )
-        app = create_app(ctx)
+        parts = AppParts.build(ctx)
+        ctx.beacon_observers.append(parts.runs.on_beacon)
+        app = create_app(ctx, parts)
         if extra_routes is not None:
             extra_routes(app, ctx)
         async with open_mounted_client({API: app}, base_url=API) as client:

@@ -10,18 +10,16 @@ import pytest
 from quart import Response
 from quart_trio import QuartTrio
 
-from hypertrain.coordinator import auth
-from hypertrain.coordinator.auth import (
+from hypertrain.coordinator import tokens as tokens_module
+from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.tokens import TokenFiles, TokenKind, bearer_token
+from hypertrain.coordinator.web.auth import (
     SLUG_HEADER,
-    TokenFiles,
-    TokenKind,
-    bearer_token,
     require_admin,
     require_internal,
     require_worker,
 )
-from hypertrain.coordinator.context import Coordinator
-from hypertrain.coordinator.http import json_response
+from hypertrain.coordinator.web.http import json_response
 from tests.coordinator.harness import (
     ADMIN_TOKEN,
     INTERNAL_TOKEN,
@@ -36,15 +34,15 @@ def _guarded_routes(app: QuartTrio, ctx: Coordinator) -> None:
     """Test-only routes behind each kind of auth."""
 
     async def admin() -> Response:
-        await require_admin(ctx)
+        require_admin(ctx)
         return json_response({"ok": "admin"})
 
     async def worker() -> Response:
-        await require_worker(ctx)
+        require_worker(ctx)
         return json_response({"ok": "worker"})
 
     async def internal() -> Response:
-        await require_internal(ctx)
+        require_internal(ctx)
         return json_response({"ok": "internal"})
 
     app.add_url_rule("/t/admin", "t.admin", admin, methods=["GET"])
@@ -157,11 +155,11 @@ def test_tokens_are_compared_as_equal_length_digests_in_constant_time(
         calls.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(auth.hmac, "compare_digest", spy)
+    monkeypatch.setattr(tokens_module.hmac, "compare_digest", spy)
     tokens = TokenFiles(admin=write_secret(tmp_path / "t", "tok"))
     tokens.check(TokenKind.ADMIN, "tok")
     for wrong in ("", "t", "tok-but-much-longer-than-the-real-one", "xok"):
-        with pytest.raises(auth.AuthError):
+        with pytest.raises(tokens_module.AuthError):
             tokens.check(TokenKind.ADMIN, wrong)
     assert len(calls) == 5
     assert all(len(a) == len(b) == 32 for a, b in calls)

@@ -22,7 +22,7 @@ import trio
 import trio.testing
 
 from hypertrain.compute import enqueue_step
-from hypertrain.coordinator.fallbackpool import FallbackPool, trusted_answer
+from hypertrain.coordinator.services.fallback import FallbackPool, trusted_answer
 from hypertrain.daemon.main import DaemonHandle
 from hypertrain.daemon.services import SERVICES, DaemonParts, ServiceFn, ServiceSpec
 from hypertrain.scoring.outcome import ScoreOutcome

@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from hypertrain.coordinator.events import EventHub
-from hypertrain.coordinator.routes_events import KEEPALIVE_INTERVAL
+from hypertrain.coordinator.web.events import KEEPALIVE_INTERVAL
 from tests.coordinator.harness import Harness, open_harness
 
 STREAM_TIMEOUT = 120.0  # virtual seconds any one stream test may take

@@ -12,7 +12,7 @@ import attrs
 import numpy as np
 import pytest
 
-from hypertrain.coordinator.heldout import (
+from hypertrain.coordinator.flows.heldout import (
     LossRow,
     Pending,
     get_loss,
@@ -22,7 +22,7 @@ from hypertrain.coordinator.heldout import (
     pending,
     record_loss,
 )
-from hypertrain.coordinator.runs import insert_run
+from hypertrain.coordinator.tables.runs import insert_run
 from hypertrain.datasets import BuildOptions, SourceRoot, build
 from hypertrain.datasets.errors import DatasetError
 from hypertrain.datasets.tokenizer import VOCAB

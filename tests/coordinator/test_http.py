@@ -11,7 +11,7 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from hypertrain.coordinator.context import Coordinator
-from hypertrain.coordinator.http import json_response, read_json
+from hypertrain.coordinator.web.http import json_response, read_json
 from tests.coordinator.harness import open_harness
 
 LIMIT = 100
@@ -95,10 +95,10 @@ async def test_unexpected_errors_are_500_json_and_logged(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with open_harness(tmp_path, extra_routes=_echo_routes) as h:
-        with caplog.at_level(logging.ERROR, logger="hypertrain.coordinator.http"):
+        with caplog.at_level(logging.ERROR, logger="hypertrain.coordinator.web.http"):
             response = await h.client.get("/t/boom")
         assert (response.status_code, response.json()) == (500, {"detail": "internal error"})
-        record = next(r for r in caplog.records if r.name == "hypertrain.coordinator.http")
+        record = next(r for r in caplog.records if r.name == "hypertrain.coordinator.web.http")
         assert "GET /t/boom" in record.getMessage()
         assert record.exc_info is not None
         assert "kaboom" in str(record.exc_info[1])

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hypertrain.beacon import latest_round
-from hypertrain.coordinator.roundview import runs_list
+from hypertrain.coordinator.flows.roundview import runs_list
 from hypertrain.protocol.envelope import seal
 from hypertrain.protocol.example import example_bodies, example_manifest
 from hypertrain.protocol.manifest import Beacon

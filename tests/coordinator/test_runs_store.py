@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hypertrain.coordinator.lifecycle import set_paused
-from hypertrain.coordinator.runs import (
+from hypertrain.coordinator.flows.lifecycle import set_paused
+from hypertrain.coordinator.tables.runs import (
     RosterRequest,
     get_run,
     insert_run,

@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from hypertrain.coordinator.web.system import CAPABILITY_ROUTES
 from hypertrain.store import get_meta
 from tests.coordinator.harness import open_harness
 
@@ -18,8 +19,16 @@ async def test_version_is_exactly_the_contract(tmp_path: Path) -> None:
             "slug": "hypertrain",
             "version": "0.1.0",
             "contract": 1,
-            "capabilities": ["get_weights", "proxy_routes"],
+            "capabilities": ["proxy_routes"],
         }
+
+
+async def test_version_advertises_no_capability_whose_route_is_missing(tmp_path: Path) -> None:
+    async with open_harness(tmp_path) as h:
+        advertised = (await h.client.get("/version")).json()["capabilities"]
+        for capability, route in CAPABILITY_ROUTES.items():
+            status = (await h.client.get(route)).status_code
+            assert (capability in advertised) == (status != 404), (capability, status)
 
 
 async def test_health_is_ok_with_everything_in_place_and_writes_the_db(tmp_path: Path) -> None:

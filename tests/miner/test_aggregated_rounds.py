@@ -23,10 +23,10 @@ import trio.testing
 from hypertrain.aggregator.merge import Params
 from hypertrain.aggregator.tape import parse_signed_tape
 from hypertrain.aggregator.tape_replay import replay_tape
-from hypertrain.coordinator.aggregation import AggregationRow, Step, get_aggregation
-from hypertrain.coordinator.aggregator_service import AggregatorService
-from hypertrain.coordinator.heldout import LossRow, get_loss_row
-from hypertrain.coordinator.roundstore import RoundRow, get_round_row, round_rows
+from hypertrain.coordinator.flows.aggregation import AggregationRow, Step, get_aggregation
+from hypertrain.coordinator.flows.heldout import LossRow, get_loss_row
+from hypertrain.coordinator.services.aggregator import AggregatorService
+from hypertrain.coordinator.tables.rounds import RoundRow, get_round_row, round_rows
 from hypertrain.daemon.main import DaemonHandle
 from hypertrain.daemon.services import SERVICES, DaemonParts, ServiceFn, ServiceSpec
 from hypertrain.protocol.manifest import RunManifest

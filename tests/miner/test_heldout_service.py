@@ -17,8 +17,8 @@ import pytest
 import trio
 import trio.testing
 
-from hypertrain.coordinator.heldout import get_loss_row
-from hypertrain.coordinator.roundstore import get_round_row
+from hypertrain.coordinator.flows.heldout import get_loss_row
+from hypertrain.coordinator.tables.rounds import get_round_row
 from hypertrain.daemon.main import DaemonHandle
 from hypertrain.datasets.pin import pin_async
 from hypertrain.protocol.manifest import RunManifest
@@ -98,7 +98,7 @@ async def test_a_tampered_holdout_is_refused_once_and_the_daemon_keeps_serving(
     data[0] ^= 1
     shard.write_bytes(bytes(data))
     pinned = await pin_async(data_dir, tmp_path / "state" / "objects")
-    caplog.set_level(logging.WARNING, logger="hypertrain.coordinator.heldout_service")
+    caplog.set_level(logging.WARNING, logger="hypertrain.coordinator.services.heldout")
     async with _daemon(tmp_path, copy) as (handle, client):
         run_id = await _launch(client, run_manifest)
         await _register(client, run_id, pinned.manifest_sha256)

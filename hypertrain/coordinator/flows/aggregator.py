@@ -1,0 +1,83 @@
+"""An external aggregator's reads and round opening (:mod:`hypertrain.coordinator.web.aggregator`).
+
+- :func:`inputs_view`: everything an aggregator needs to merge round ``w`` (one read);
+- :func:`apply_aggregate`: check a posted RoundOpen(w + 1) against the server's template and
+  open it (one write); the status table is the route module's docstring.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from hypertrain.beacon.ingest import latest_round
+from hypertrain.coordinator.flows.roundopen import TEMPLATE_FIELDS, open_planned, plan_round
+from hypertrain.coordinator.flows.roundview import round_facts
+from hypertrain.coordinator.tables.rounds import RoundRow, get_round_row
+from hypertrain.coordinator.tables.runs import active_roster, get_run, next_round_w
+from hypertrain.protocol.converter import unstructure
+from hypertrain.protocol.envelope import Verified
+from hypertrain.protocol.errors import Conflict, ContractMismatch, NotFound
+from hypertrain.protocol.messages import RoundOpen
+
+__all__ = ["apply_aggregate", "inputs_view"]
+
+
+def inputs_view(
+    conn: sqlite3.Connection, run_id: str, w: int, d_open: int | None
+) -> dict[str, Any]:
+    """The ``/inputs`` answer (module doc); 404 for an unknown run or round."""
+    facts = round_facts(conn, run_id, w)
+    template = None
+    if get_round_row(conn, run_id, w + 1) is None and facts.run.config is not None:
+        default = max(facts.D, facts.round.deadlines.d_upload)
+        members = active_roster(conn, run_id)
+        plan = plan_round(conn, facts.run, members, w + 1, default if d_open is None else d_open)
+        template = plan.template_json()
+    miners = []
+    for hotkey, slot, status in facts.miners:
+        row = facts.details.get(hotkey)
+        posted = None if row is None else row.view_json()["delta_manifest"]
+        miners.append({"hotkey": hotkey, "slot": slot, "status": status, "delta_manifest": posted})
+    return {
+        "run_id": run_id,
+        "w": w,
+        "state": facts.state.value,
+        "now_round": facts.D,
+        "round_open": facts.round.envelope_json(),
+        "base": facts.round.base,
+        "miners": miners,
+        "selected": None,
+        "rollback": None,
+        "next_round_template": template,
+    }
+
+
+def apply_aggregate(conn: sqlite3.Connection, run_id: str, w: int, verified: Verified) -> RoundRow:
+    """Check the posted RoundOpen(w + 1) against the server's template and open it (one
+    write; module doc)."""
+    run = get_run(conn, run_id)
+    row = get_round_row(conn, run_id, w)
+    if row is None:
+        raise NotFound(f"round {w} of run {run_id} is not open")
+    if not run.running:
+        raise Conflict(f"run {run_id} is {run.status}, not running")
+    if next_round_w(conn, run_id) != w + 1:
+        raise Conflict(f"round {w} of run {run_id} is already aggregated (round {w + 1} is open)")
+    d = latest_round(conn)
+    if d < row.deadlines.d_upload:
+        raise Conflict(f"round {w} cannot be aggregated before d_upload {row.deadlines.d_upload}")
+    body = verified.message
+    assert isinstance(body, RoundOpen)
+    if body.d_open < d:
+        raise Conflict(f"d_open {body.d_open} is before D = {d}")
+    plan = plan_round(conn, run, active_roster(conn, run_id), w + 1, body.d_open)
+    wanted = plan.template_json()
+    got = unstructure(body)
+    for name in TEMPLATE_FIELDS:
+        if got[name] != wanted[name]:
+            raise ContractMismatch(
+                f"RoundOpen.{name} is {got[name]!r:.200}, the server's template has"
+                f" {wanted[name]!r:.200}"
+            )
+    return open_planned(conn, plan, verified.envelope, body, now=d)

@@ -1,0 +1,63 @@
+"""The compute routes' reads that are not the book's own (:mod:`.web.compute`).
+
+- :func:`input_of`: which object a node may download as an input of a copy it holds (403 not
+  its lease, wrong token or past the deadline; 404 unknown copy or input name);
+- :func:`benchmark_target`: the run and round a benchmark measures on (409 when ambiguous);
+- :func:`job_view`: a scoring step's public view (404 unknown).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, Final
+
+from hypertrain.compute import Node, secret_matches
+from hypertrain.compute.rows import get_copy, get_job
+from hypertrain.coordinator.tables.runs import get_run, list_runs, next_round_w
+from hypertrain.protocol.errors import Conflict, Forbidden, NotFound
+
+__all__ = ["HIDDEN_TRACE", "LEASE_HEADER", "benchmark_target", "input_of", "job_view"]
+
+LEASE_HEADER: Final = "X-HT-Lease"
+"""The header that carries a copy's lease token on input downloads."""
+
+
+HIDDEN_TRACE: Final = "trace.u16"
+
+
+def input_of(
+    conn: sqlite3.Connection, node: Node, copy_id: str, token: str | None, name: str, now_ms: int
+) -> tuple[str, bool, str]:
+    """``(sha256, is the hidden trace, challenge)`` of input ``name`` of a copy this node holds
+    (module doc)."""
+    copy = get_copy(conn, copy_id)
+    if copy.node_id != node.node_id or copy.token_hash is None:
+        raise Forbidden(f"copy {copy_id} is not leased to this node")
+    if token is None or not secret_matches(token, copy.token_hash):
+        raise Forbidden(f"{LEASE_HEADER} is not the lease token of copy {copy_id}")
+    if copy.state != "leased" or copy.deadline_ms is None or now_ms > copy.deadline_ms:
+        raise Forbidden(f"copy {copy_id} is no longer leased ({copy.state})")
+    job = get_job(conn, copy.job_id)
+    for item in job.inputs:
+        if item["name"] == name:
+            return str(item["sha256"]), job.step == "hidden" and name == HIDDEN_TRACE, job.challenge
+    raise NotFound(f"copy {copy_id} has no input {name!r:.80}")
+
+
+def benchmark_target(conn: sqlite3.Connection, run_id: str | None) -> tuple[str, int]:
+    """``(run_id, newest round)`` of a benchmark: the named run, else the only running one."""
+    if run_id is None:
+        running = [r for r, status in list_runs(conn) if status == "running"]
+        if len(running) != 1:
+            raise Conflict(f"name the run: {len(running)} runs are running")
+        run_id = running[0]
+    get_run(conn, run_id)
+    w = next_round_w(conn, run_id) - 1
+    if w < 0:
+        raise Conflict(f"run {run_id} has no round yet")
+    return run_id, w
+
+
+def job_view(conn: sqlite3.Connection, job_id: str) -> dict[str, Any]:
+    """A scoring step's public view (``Job.score_json``); 404 unknown."""
+    return get_job(conn, job_id).score_json()

@@ -1,0 +1,245 @@
+"""The public read views of runs and rounds (spec section 9), each from one read transaction.
+
+- :func:`runs_list`: ``GET /v1/runs``;
+- :func:`run_view`: ``GET /v1/runs/{id}``, states derived at D;
+- :func:`round_facts` + :func:`round_view`: ``GET /v1/runs/{id}/rounds/{w}``. The facts are
+  read in one transaction; the assignment (pure, keyed by the stored beacon signature of round
+  ``d_assign``) is derived outside it by :func:`derive_assignment` and may be cached by the
+  caller: it depends only on the run, ``w``, that signature, the base and the roster.
+
+From ``D >= d_assign`` on, the assignment needs ``drand[d_assign]``. If that round is not stored
+(the pusher skipped it), the view says so instead of guessing: ``assignment`` is null while
+``assignment_beacon_signature`` is null too (``assignment_beacon_round`` names the round).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from attrs import field, frozen
+
+from hypertrain.beacon.ingest import get_round, latest_round
+from hypertrain.compute import Job, job_scores
+from hypertrain.coordinator.flows.aggregation import AggregationRow, get_aggregation
+from hypertrain.coordinator.flows.heldout import get_loss
+from hypertrain.coordinator.flows.lifecycle import parse_manifest
+from hypertrain.coordinator.tables.miners import MinerRow, StateRow, get_round_state, miner_details
+from hypertrain.coordinator.tables.rounds import (
+    RoundRow,
+    get_round_row,
+    miner_rows,
+    round_rows,
+    round_states,
+)
+from hypertrain.coordinator.tables.runs import RunRow, get_run, list_runs, roster_rows
+from hypertrain.protocol.converter import unstructure
+from hypertrain.protocol.errors import NotFound
+from hypertrain.rounds.assignment import Assignment, assign
+from hypertrain.rounds.states import RoundState
+
+__all__ = [
+    "RoundFacts",
+    "auditor_stats",
+    "derive_assignment",
+    "round_facts",
+    "round_view",
+    "run_view",
+    "runs_list",
+]
+
+
+def runs_list(conn: sqlite3.Connection) -> dict[str, Any]:
+    """``{"runs": [{run_id, status}]}``."""
+    return {"runs": [{"run_id": r, "status": s} for r, s in list_runs(conn)]}
+
+
+def _config_json(run: RunRow) -> dict[str, Any] | None:
+    return None if run.config is None else unstructure(run.config)
+
+
+def run_view(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
+    """The run with its config, manifest envelope, D, round states and roster (404 unknown)."""
+    run = get_run(conn, run_id)
+    d = latest_round(conn)
+    rows = round_rows(conn, run_id)
+    states = round_states(conn, d, rows)
+    return {
+        "run_id": run.run_id,
+        "status": run.status,
+        "config": _config_json(run),
+        "manifest_envelope": json.loads(run.manifest_envelope),
+        "now_round": d,
+        "rounds": [
+            {"w": row.w, "state": state.value} for row, state in zip(rows, states, strict=True)
+        ],
+        "roster": [row.to_json() for row in roster_rows(conn, run_id)],
+    }
+
+
+def auditor_stats(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
+    """``{"run_id", "epochs": []}``: no audits exist yet (404 for an unknown run)."""
+    get_run(conn, run_id)
+    return {"run_id": run_id, "epochs": []}
+
+
+@frozen
+class RoundFacts:
+    """What one round view needs, read in one transaction."""
+
+    run: RunRow
+    round: RoundRow
+    D: int
+    state: RoundState
+    assign_signature: str | None
+    """Stored signature of beacon round ``d_assign`` (None before it is stored)."""
+    audit_signature: str | None
+    """Stored signature of beacon round ``d_audit`` (None before it is stored)."""
+    miners: list[tuple[str, int, str]]
+    details: dict[str, MinerRow] = field(factory=dict)
+    """Each miner's posted messages, by hotkey (absent: nothing posted)."""
+    start_state: StateRow | None = None
+    """The published start state of the round (PUT .../rounds/{w}/state), or None."""
+    aggregation: AggregationRow | None = None
+    """The daemon's aggregation of the round (its tape), or None."""
+    scores: dict[str, list[Job]] = field(factory=dict)
+    """Each uploaded miner's compute scoring jobs (delta-loss public / hidden), by hotkey."""
+    heldout_loss: float | None = None
+    """The held-out loss of theta(w), the round's start weights (None until computed)."""
+    heldout_loss_after: float | None = None
+    """The held-out loss of theta(w + 1), the merge result (None until merged and computed)."""
+
+    @property
+    def assignment_due(self) -> bool:
+        """Whether D has reached ``d_assign`` (the assignment is public from then on)."""
+        return self.round.deadlines.d_assign <= self.D
+
+
+def round_facts(conn: sqlite3.Connection, run_id: str, w: int) -> RoundFacts:
+    """Read round ``w`` of the run (404 for an unknown run or round)."""
+    run = get_run(conn, run_id)
+    row = get_round_row(conn, run_id, w)
+    if row is None:
+        raise NotFound(f"round {w} of run {run_id} is not open")
+    d = latest_round(conn)
+    (state,) = round_states(conn, d, [row])
+    details = miner_details(conn, run_id, w)
+    assign_round = get_round(conn, row.deadlines.d_assign) if d >= row.deadlines.d_assign else None
+    audit_round = get_round(conn, row.deadlines.d_audit) if d >= row.deadlines.d_audit else None
+    return RoundFacts(
+        run=run,
+        round=row,
+        D=d,
+        state=state,
+        assign_signature=None if assign_round is None else assign_round.signature,
+        audit_signature=None if audit_round is None else audit_round.signature,
+        miners=miner_rows(conn, run_id, w),
+        details=details,
+        start_state=get_round_state(conn, run_id, w),
+        aggregation=get_aggregation(conn, run_id, w),
+        scores={
+            hotkey: job_scores(conn, {"run_id": run_id, "w": w, "hotkey": hotkey})
+            for hotkey, row in details.items()
+            if row.status == "UPLOADED"
+        },
+        heldout_loss=get_loss(conn, run_id, w),
+        heldout_loss_after=get_loss(conn, run_id, w + 1),
+    )
+
+
+def derive_assignment(facts: RoundFacts) -> list[Assignment] | None:
+    """The per-slot assignment, or None before ``d_assign`` or without ``drand[d_assign]``."""
+    if not facts.assignment_due or facts.assign_signature is None:
+        return None
+    manifest = parse_manifest(facts.run.manifest_envelope)
+    return assign(
+        manifest,
+        facts.run.run_id,
+        facts.round.w,
+        bytes.fromhex(facts.assign_signature),
+        facts.round.body.roster,
+        base=facts.round.base,
+    )
+
+
+_NOTHING_POSTED = {"received_round": None, "commit": None, "receipt": None, "delta_manifest": None}
+
+
+def _posted(facts: RoundFacts, hotkey: str) -> dict[str, Any]:
+    row = facts.details.get(hotkey)
+    return dict(_NOTHING_POSTED) if row is None else row.view_json()
+
+
+def _scores(jobs: list[Job]) -> dict[str, Any]:
+    """``{step: {state, how, loss, fingerprint}}`` of a miner's delta-loss jobs (loss and
+    fingerprint null until settled; ``loss`` is the objective's f32 hex)."""
+    out: dict[str, Any] = {}
+    for job in jobs:
+        result = job.result or {}
+        out[job.step] = {
+            "job": job.job_id,
+            "state": job.state,
+            "how": job.settled_how,
+            "ok": result.get("ok"),
+            "loss": result.get("objective"),
+            "fingerprint": result.get("fingerprint"),
+        }
+    return out
+
+
+def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[str, Any]:
+    """The round view JSON (spec 9); ``assignment`` from :func:`derive_assignment`.
+
+    Beyond spec 9: ``state_sha256`` / ``v0_sha256`` name the published start state blob(s) of
+    the round (null until ``PUT /v1/aggregator/runs/{id}/rounds/{w}/state``), and each
+    ``miners[]`` item carries the Commit, Receipt and DeltaManifest envelopes once posted.
+    Once the daemon merged the round: ``tape_key``, ``update_norm`` (the merged update's L2
+    norm, a float), ``clipped`` (how many deltas were preclipped). All null before the merge.
+    With the daemon's ``holdout_dir`` set, ``heldout_loss`` is the held-out loss (mean token
+    cross-entropy on the operator's private holdout) of theta(w), the round's start weights, and
+    ``heldout_loss_after`` that of theta(w + 1), the merge result; each null until computed.
+    Scoring (issue 8): ``jobs`` lists the round's delta-loss jobs (settled state, how, result)
+    and each uploaded miner's ``scores`` gives ``{public|hidden: {job, state, how, ok, loss,
+    fingerprint}}``.
+    """
+    agg = facts.aggregation
+    deadlines = facts.round.deadlines
+    state = facts.start_state
+    return {
+        "run_id": facts.run.run_id,
+        "w": facts.round.w,
+        "state": facts.state.value,
+        "now_round": facts.D,
+        "round_open": facts.round.envelope_json(),
+        "base": facts.round.base,
+        "state_sha256": None if state is None else state.theta_start_sha256,
+        "v0_sha256": None if state is None else state.v0_sha256,
+        "tape_key": None if agg is None else agg.tape_key,
+        "update_norm": None if agg is None else agg.update_norm,
+        "clipped": None if agg is None else agg.clipped,
+        "heldout_loss": facts.heldout_loss,
+        "heldout_loss_after": facts.heldout_loss_after,
+        "assignment": None if assignment is None else [a.to_json() for a in assignment],
+        "assignment_beacon_round": deadlines.d_assign,
+        "assignment_beacon_signature": facts.assign_signature,
+        "audit_beacon_round": deadlines.d_audit,
+        "audit_beacon_signature": facts.audit_signature,
+        "selected": None,
+        "miners": [
+            {
+                "hotkey": hotkey,
+                "slot": slot,
+                "status": status,
+                "selected": False,
+                **_posted(facts, hotkey),
+                "verdict": None,
+                "scores": _scores(facts.scores.get(hotkey, [])),
+            }
+            for hotkey, slot, status in facts.miners
+        ],
+        "jobs": [job.score_json() for jobs in facts.scores.values() for job in jobs],
+        "forfeits": [],
+        "rollback": None,
+        "finalize": None,
+    }

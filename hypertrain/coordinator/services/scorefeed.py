@@ -1,0 +1,187 @@
+"""Feeding uploaded deltas to the compute network: every DeltaManifest becomes scoring steps.
+
+For each miner row ``UPLOADED`` in a running run without compute jobs yet, the feeder enqueues
+challenge ``delta-loss`` (DESIGN.md section 6) twice, as one job each (two copies):
+
+- step ``public``: the trace is the first ``trace_samples`` samples of the train split (read from
+  the registered dataset's first shard in the object store);
+- step ``hidden``: the first ``trace_samples`` samples of the holdout, read from the operator's
+  private ``holdout_dir`` (verified against the run's registered dataset and its commitment);
+  stored as a *private* object, served only to nodes that hold a lease on a job that needs it.
+  Without ``holdout_dir`` only the public step is enqueued.
+
+The job inputs are ``model.json`` (the manifest's ``model`` section, canonical JSON),
+``state.bin`` (round ``w``'s published theta-only start state; for round 0 the genesis state,
+stored here when not published), ``delta.bin`` (the miner's delta payload) and ``trace.u16``.
+The per-run objects are built once and remembered in ``scoring_inputs``; ``enqueue_step`` is
+idempotent per (subject, step), so a restarted daemon feeds exactly what is missing. A round
+whose start state is not published yet (``w > 0``) waits for it.
+
+:class:`ScoreFeed` is the daemon service: a pass every beacon round (bounded by
+:data:`IDLE_WAIT`), at most :data:`BATCH` uploads a pass; problems with a run (no dataset, a
+holdout that does not verify) are logged once per run and never stop the daemon.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from functools import partial
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import numpy as np
+import trio
+
+from hypertrain.compute import enqueue_step
+from hypertrain.coordinator.computehub import publish_compute
+from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.flows.heldout import open_holdout
+from hypertrain.coordinator.flows.scoring import (
+    BATCH,
+    Upload,
+    run_scoring_facts,
+    unscored_uploads,
+)
+from hypertrain.coordinator.tables.miners import get_round_state
+from hypertrain.coordinator.tables.scoring import Kind, get_input, put_input
+from hypertrain.datasets.errors import DatasetError
+from hypertrain.datasets.manifest import DatasetManifest
+from hypertrain.protocol.converter import structure, unstructure
+from hypertrain.protocol.errors import HypertrainError
+from hypertrain.protocol.jcs import canonical_json
+from hypertrain.scoring.registry import DELTA_LOSS
+from hypertrain.store.catalog import record_object
+from hypertrain.trainer.params import init_params
+from hypertrain.trainer.state import pack_state
+from nurseries import RunSync, run_inline
+
+__all__ = [
+    "IDLE_WAIT",
+    "ScoreFeed",
+]
+
+log = logging.getLogger(__name__)
+
+IDLE_WAIT: Final = 30.0
+
+
+def _rows_bytes(rows: Any) -> bytes:
+    return np.ascontiguousarray(rows, dtype="<u2").tobytes()
+
+
+@attrs.define(eq=False)
+class ScoreFeed:
+    """The daemon service (module doc)."""
+
+    ctx: Coordinator
+    holdout_dir: Path | None
+    run_sync: RunSync = run_inline
+    _warned: set[tuple[str, str]] = attrs.field(factory=set, init=False)
+
+    def _warn_once(self, run_id: str, what: str, message: str) -> None:
+        if (run_id, what) not in self._warned:
+            self._warned.add((run_id, what))
+            log.warning("run %s: %s", run_id, message)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            uploads = await self.ctx.db.read(unscored_uploads)
+            for upload in uploads:
+                try:
+                    await self.feed(upload)
+                except (HypertrainError, DatasetError, OSError) as e:
+                    self._warn_once(upload.run_id, "feed", f"cannot feed scoring jobs: {e}")
+            target = self.ctx.beacon.latest + 1
+            with trio.move_on_after(IDLE_WAIT if len(uploads) < BATCH else 0):
+                await self.ctx.beacon.wait_round(target)
+            if self.ctx.stopping.is_set():
+                return
+
+    async def _store(self, run_id: str, kind: Kind, data: bytes) -> tuple[str, int]:
+        info = await self.ctx.objects.put_bytes(data)
+        await self.ctx.db.write(put_input, run_id, kind, info, int(self.ctx.wall.now()))
+        return info.sha256, info.size
+
+    async def shared(self, run_id: str, kind: Kind) -> tuple[str, int] | None:
+        """The run's ``kind`` object, built on first use (module doc); None when it cannot be."""
+        found = await self.ctx.db.read(get_input, run_id, kind)
+        if found is not None:
+            return found
+        manifest, dataset_sha = await self.ctx.db.read(run_scoring_facts, run_id)
+        if kind == "model":
+            return await self._store(run_id, kind, canonical_json(unstructure(manifest.model)))
+        if dataset_sha is None:
+            self._warn_once(run_id, "dataset", "no dataset registered: deltas are not scored")
+            return None
+        seq_len, n = manifest.model.seq_len, self.ctx.settings.trace_samples
+        if kind == "public":
+            dataset = structure(
+                DatasetManifest, json.loads(await self.ctx.objects.get(dataset_sha))
+            )
+            shard = await self.ctx.objects.get(dataset.shard_sha256s[0])
+            row_bytes = 2 * (seq_len + 1)
+            return await self._store(run_id, kind, shard[: n * row_bytes])
+        if self.holdout_dir is None:
+            return None
+        try:
+            rows = await self.run_sync(open_holdout, self.holdout_dir, dataset_sha, seq_len, n)
+        except DatasetError as e:
+            self._warn_once(run_id, "holdout", f"no hidden scoring step: {e}")
+            return None
+        return await self._store(run_id, kind, _rows_bytes(rows))
+
+    async def start_state(self, run_id: str, w: int) -> tuple[str, int] | None:
+        """Round ``w``'s published start state (round 0: the genesis, stored on first use);
+        None while a later round's is not published."""
+        state = await self.ctx.db.read(get_round_state, run_id, w)
+        if state is not None:
+            sha = state.theta_start_sha256
+            return sha, self.ctx.objects.size_of(sha)
+        if w > 0:
+            return None
+        manifest, _ = await self.ctx.db.read(run_scoring_facts, run_id)
+        blob = await self.run_sync(lambda: pack_state(init_params(manifest.model)))
+        info = await self.ctx.objects.put_bytes(blob)
+        await self.ctx.db.write(record_object, info, int(self.ctx.wall.now()))
+        return info.sha256, info.size
+
+    async def feed(self, upload: Upload) -> int:
+        """Enqueue the scoring steps of one upload; how many were enqueued."""
+        model = await self.shared(upload.run_id, "model")
+        state = await self.start_state(upload.run_id, upload.w)
+        public = await self.shared(upload.run_id, "public")
+        if model is None or state is None or public is None:
+            return 0
+        delta = (upload.delta_hash, self.ctx.objects.size_of(upload.delta_hash))
+        traces = {"public": public}
+        hidden = await self.shared(upload.run_id, "hidden")
+        if hidden is not None:
+            traces["hidden"] = hidden
+        now_ms = int(self.ctx.wall.now() * 1000)
+        hub = self.ctx.compute
+        for step, trace in traces.items():
+            inputs = [
+                {"name": name, "sha256": sha, "size": size}
+                for name, (sha, size) in zip(
+                    DELTA_LOSS.inputs, (model, state, delta, trace), strict=True
+                )
+            ]
+            _, events = await self.ctx.db.write(
+                partial(
+                    enqueue_step,
+                    challenge_id=DELTA_LOSS.id,
+                    subject=upload.subject,
+                    step=step,
+                    inputs=inputs,
+                    now_ms=now_ms,
+                    wait_ms=hub.settings.wait_ms,
+                    settings=hub.settings,
+                )
+            )
+            publish_compute(self.ctx.events, events)
+        hub.work_changed()
+        hub.timers_changed()
+        return len(traces)

@@ -1,0 +1,148 @@
+"""Aggregator routes (spec 9): what an aggregator reads for round ``w`` and how it opens ``w + 1``.
+
+``GET /v1/aggregator/runs/{id}/rounds/{w}/inputs[?d_open=]`` (admin): ``{run_id, w, state,
+now_round, round_open, base, miners[{hotkey, slot, status, delta_manifest}], selected,
+rollback, next_round_template}``; the template (RoundOpen minus the four state hashes, from
+:func:`~hypertrain.coordinator.flows.roundopen.plan_round`, the builder the daemon's aggregator
+uses) is null once round ``w + 1`` is open. ``d_open`` defaults to ``max(D, d_upload(w))``
+(spec 4.1).
+
+``POST /v1/aggregator/runs/{id}/rounds/{w}/aggregate`` (admin + K_coord RoundOpen(w + 1)
+envelope): 400 not a RoundOpen envelope / wrong run, 401 bad signature, 403 signer is not
+K_coord, 404 unknown run or round, 409 run not running, round ``w + 1`` already open (or ``w``
+not the newest round), ``D < d_upload(w)`` or ``d_open < D``, 422 naming the first template field
+that differs from the server's template. The four state hashes are the aggregator's. Answers
+``{w, state: "APPLIED", opened}``; the start state is published separately (PUT .../state).
+
+``PUT /v1/aggregator/runs/{id}/rounds/{w}/tape`` (admin, ``{tape_key}``): an external
+aggregator records its merge of round ``w`` (:mod:`hypertrain.coordinator.flows.taperecord`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from hypertrain.aggregator.outerstate import unpack_outer
+from hypertrain.aggregator.tape import parse_signed_tape, verify_tape
+from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.flows.aggregator import apply_aggregate, inputs_view
+from hypertrain.coordinator.flows.taperecord import (
+    TapeRequest,
+    check_tape_facts,
+    record_tape,
+    tape_record,
+)
+from hypertrain.coordinator.web.auth import require_admin
+from hypertrain.coordinator.web.http import json_response, read_json
+from hypertrain.protocol.converter import structure
+from hypertrain.protocol.envelope import check_shape, verify
+from hypertrain.protocol.errors import Conflict, Malformed
+from hypertrain.store.catalog import record_object
+from hypertrain.trainer.state import pack_state
+
+if TYPE_CHECKING:
+    from hypertrain.coordinator.web.app import AppParts
+
+__all__ = ["register"]
+
+
+def _d_open_arg() -> int | None:
+    raw = request.args.get("d_open")
+    if raw is None:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise Malformed(f"d_open must be a positive integer, got {raw!r:.40}")
+    return int(raw)
+
+
+def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
+    """Add the aggregator routes to ``app``."""
+
+    async def get_inputs(run_id: str, w: int) -> Response:
+        require_admin(ctx)
+        return json_response(await ctx.db.read(inputs_view, run_id, w, _d_open_arg()))
+
+    async def post_aggregate(run_id: str, w: int) -> Response:
+        require_admin(ctx)
+        coord = ctx.coord_keypair().ss58
+        raw = await read_json(ctx)
+        if check_shape(raw).type != "RoundOpen":
+            raise Malformed("expected a K_coord RoundOpen envelope")
+        verified = verify(
+            raw,
+            expected_run_id=run_id,
+            now_round=ctx.beacon.latest,
+            signer_allowed=lambda _type, signer: signer == coord,
+        )
+        opened = await ctx.db.write(apply_aggregate, run_id, w, verified)
+        ctx.events.publish(
+            "round_state",
+            {
+                "run_id": run_id,
+                "w": w,
+                "state": "aggregated",
+                "D": ctx.beacon.latest,
+                "opened": opened.w,
+            },
+        )
+        return json_response({"w": w, "state": "APPLIED", "opened": opened.w})
+
+    async def put_tape(run_id: str, w: int) -> Response:
+        require_admin(ctx)
+        wanted = structure(TapeRequest, await read_json(ctx))
+        tape = parse_signed_tape(await _stored(wanted.tape_key, "tape"))
+        verify_tape(tape, coord_ss58=ctx.coord_keypair().ss58)
+        out = unpack_outer(await _stored(tape.body.out_state, "out_state"))
+        await ctx.db.read(check_tape_facts, run_id, w, tape, out)
+        theta = await ctx.objects.put_bytes(pack_state(out.theta))
+        await ctx.db.write(record_object, theta, int(ctx.wall.now()))
+        record = tape_record(wanted.tape_key, tape, out, theta.sha256)
+        if await ctx.db.write(record_tape, run_id, w, record):
+            ctx.events.publish(
+                "round_state",
+                {
+                    "run_id": run_id,
+                    "w": w,
+                    "state": "aggregated",
+                    "D": ctx.beacon.latest,
+                    "tape_key": record.tape_key,
+                    "theta_hash": record.theta_hash,
+                },
+            )
+        return json_response(
+            {
+                "run_id": run_id,
+                "w": w,
+                "tape_key": record.tape_key,
+                "theta_hash": record.theta_hash,
+                "update_norm": record.update_norm,
+                "clipped": record.clipped,
+            }
+        )
+
+    async def _stored(sha256: str, what: str) -> bytes:
+        if not ctx.objects.exists(sha256):
+            raise Conflict(f"{what} object {sha256} is not in the object store")
+        return await ctx.objects.get(sha256)
+
+    app.add_url_rule(
+        "/v1/aggregator/runs/<run_id>/rounds/<int:w>/tape",
+        "aggregator.tape",
+        put_tape,
+        methods=["PUT"],
+    )
+    app.add_url_rule(
+        "/v1/aggregator/runs/<run_id>/rounds/<int:w>/inputs",
+        "aggregator.inputs",
+        get_inputs,
+        methods=["GET"],
+    )
+    app.add_url_rule(
+        "/v1/aggregator/runs/<run_id>/rounds/<int:w>/aggregate",
+        "aggregator.aggregate",
+        post_aggregate,
+        methods=["POST"],
+    )

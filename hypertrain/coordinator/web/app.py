@@ -1,0 +1,92 @@
+"""The coordinator's quart-trio application: ``create_app(ctx, parts)``.
+
+Each route module exposes ``register(app, ctx, parts)``, which adds routes and nothing else,
+and names its endpoints ``<module>.<name>`` (Quart refuses two views under one endpoint name).
+Adding a group of routes is one entry in :data:`ROUTE_MODULES`. What routes use besides the
+:class:`~hypertrain.coordinator.context.Coordinator` is built by the composition root
+(:func:`hypertrain.daemon.main.serve_daemon`, or a test) and handed in as :class:`AppParts`;
+:meth:`AppParts.build` builds them without touching ``ctx``, so the caller decides what to
+subscribe (``ctx.beacon_observers.append(parts.runs.on_beacon)``). :func:`create_app` has no
+side effects: two apps over one ``ctx`` serve the same state. The app does no long-running
+work of its own (its nursery is Quart's; STYLE: services live in the daemon's supervisor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+import attrs
+from quart_trio import QuartTrio
+
+from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.services.runs import RunsService
+from hypertrain.coordinator.services.scorefeed import ScoreFeed
+from hypertrain.coordinator.web import (
+    aggregator,
+    beacon,
+    compute,
+    datasets,
+    events,
+    miner,
+    objects,
+    runs,
+    system,
+)
+from hypertrain.coordinator.web.http import BODY_TIMEOUT, install_error_handlers
+from hypertrain.coordinator.web.objects import UploadAwareRequest
+from nurseries import RunSync, run_inline
+
+__all__ = ["ROUTE_MODULES", "App", "AppParts", "Register", "create_app"]
+
+App = QuartTrio
+"""The ASGI app type, for code outside the web room (which does not import quart)."""
+
+
+@attrs.frozen(eq=False)
+class AppParts:
+    """What the routes use besides ``ctx``; built once by the composition root."""
+
+    runs: RunsService
+    """Round views (with the assignment cache) and the ``run`` / ``round_state`` events."""
+    inputs: ScoreFeed
+    """The scoring inputs of a run (the benchmark's model, start state and trace)."""
+
+    @classmethod
+    def build(cls, ctx: Coordinator, *, run_sync: RunSync = run_inline) -> AppParts:
+        """The parts over ``ctx`` (``run_sync`` runs the scoring-input builds that take CPU)."""
+        return cls(
+            runs=RunsService(ctx),
+            inputs=ScoreFeed(ctx, ctx.settings.holdout_dir, run_sync),
+        )
+
+
+Register = Callable[[App, Coordinator, AppParts], None]
+
+ROUTE_MODULES: Final[tuple[Register, ...]] = (
+    system.register,
+    beacon.register,
+    events.register,
+    runs.register,
+    miner.register,
+    objects.register,
+    datasets.register,
+    aggregator.register,
+    compute.register,
+)
+"""The ``register`` functions ``create_app`` calls, in order."""
+
+
+def create_app(ctx: Coordinator, parts: AppParts) -> App:
+    """A new app serving every route module over ``ctx`` (module doc)."""
+    app = QuartTrio(__name__)
+    app.request_class = UploadAwareRequest
+    app.config.update(
+        MAX_CONTENT_LENGTH=ctx.settings.body_limit,
+        BODY_TIMEOUT=BODY_TIMEOUT,
+        PROPAGATE_EXCEPTIONS=False,
+    )
+    install_error_handlers(app)
+    for register in ROUTE_MODULES:
+        register(app, ctx, parts)
+    return app

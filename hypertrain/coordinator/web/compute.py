@@ -1,0 +1,278 @@
+"""Compute-node routes (seed 000, spec/compute-network.md section 3, DESIGN.md section 6).
+
+=============================================  ==============================================
+``POST /v1/compute/register``                  mint a node key (keyless) or attach one
+``POST /v1/compute/jobs/lease``                node key; long poll (<= 25 s) for one copy
+``GET /v1/compute/jobs/{id}/inputs/{name}``    node key + ``X-HT-Lease``; one input's bytes
+``POST /v1/compute/jobs/{id}/result``          node key; the copy's answer (<= 64 KiB)
+``GET /v1/compute/status``                     public live view
+``GET /v1/compute/steps/{job}``                public: one scoring step's state and result
+``GET /compute``                               the live view as an HTML page
+``POST /v1/admin/compute/benchmark``           admin: measure the nodes' hardware
+=============================================  ==============================================
+
+Node keys travel as ``Authorization: Bearer ht_...``: missing, malformed or unknown -> 401
+(compared as sha256 digests in constant time by the book). Every body is bounded by
+:data:`BODY_LIMIT` (413 before parsing) and parsed strictly (400). Register answers the node's
+public record plus ``key`` only when one was minted (the only time a key is ever sent).
+
+Lease: ``{capabilities, hardware, wait_ms?}``; the capabilities and hardware replace the node's
+stored ones. A disabled node gets 403 ``{detail, reenable_at_ms, reenable_at}``. Otherwise the
+request is held until a copy is granted (``{"job": LeaseGrant}``) or ``wait_ms`` (default and at
+most :data:`LONG_POLL_MS`) passes (``{"job": null}``: never an instant empty answer unless the
+client asked for ``wait_ms = 0``); each wake-up re-runs the lease transaction, which assigns
+and writes the copy atomically. While the daemon stops: 503. A client that disconnects after
+the grant leaves the copy leased to nobody who will answer: it expires at its deadline, without
+a strike.
+
+Inputs: only the node holding the copy's lease, with its token, before the deadline (403
+otherwise, 404 unknown copy or name); every download of a hidden trace is logged and published
+as a ``trace`` event naming the node. Result: the book's answer is returned as is (200, or 410
+for a late post that counts for nothing); 4xx errors change nothing. Events go out on
+``/v1/events`` as kind ``compute`` (:mod:`.computehub`).
+
+Benchmark (admin, ``{run_id?}``; default the only running run): one ``step-throughput`` step
+(tokens per second of reference training steps of the run's model, from its newest round's
+start state on its public trace) for the nodes of its hardware class (``cpu-generic``); two
+answers agree within the challenge's tolerance band; a timing step is never scored by the
+fallback (the daemon is not of that class). One step per round (asking again answers the same
+job). ``GET /v1/compute/steps/{job}`` shows its result.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Final
+
+import trio
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from hypertrain.compute import (
+    Node,
+    authenticate,
+    enqueue_step,
+    iso_ms,
+    lease,
+    register_node,
+    status,
+    submit_result,
+    trace_event,
+)
+from hypertrain.coordinator.computehub import WORK, publish_compute
+from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.flows.compute import LEASE_HEADER, benchmark_target, input_of, job_view
+from hypertrain.coordinator.web.auth import request_bearer, require_admin
+from hypertrain.coordinator.web.http import (
+    json_response,
+    object_response,
+    read_body,
+    stopping_response,
+)
+from hypertrain.protocol.errors import AuthError, Conflict, Malformed
+from hypertrain.protocol.jcs import parse_json
+from hypertrain.scoring.registry import STEP_THROUGHPUT
+from nurseries import Notified, Stopping
+
+if TYPE_CHECKING:
+    from hypertrain.coordinator.web.app import AppParts
+
+__all__ = ["BODY_LIMIT", "LONG_POLL_MS", "register"]
+
+log = logging.getLogger(__name__)
+
+BODY_LIMIT: Final = 64 * 1024
+"""Largest body of a compute request (the node document's 64 KB)."""
+LONG_POLL_MS: Final = 25_000
+"""Longest (and default) hold of a lease request."""
+
+
+def _now_ms(ctx: Coordinator) -> int:
+    return int(ctx.wall.now() * 1000)
+
+
+async def _body() -> dict[str, Any]:
+    data = parse_json(await read_body(BODY_LIMIT))
+    if not isinstance(data, dict):
+        raise Malformed("the body must be a JSON object")
+    return data
+
+
+def _wait_ms(body: dict[str, Any]) -> int:
+    raw = body.get("wait_ms", LONG_POLL_MS)
+    if type(raw) is not int or not 0 <= raw <= LONG_POLL_MS:
+        raise Malformed(f"wait_ms: an integer 0..{LONG_POLL_MS}, got {raw!r:.40}")
+    return raw
+
+
+def _page() -> str:
+    return resources.files("hypertrain.coordinator.web").joinpath("compute.html").read_text()
+
+
+def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
+    """Add the compute routes to ``app``."""
+    hub = ctx.compute
+
+    async def node_of() -> Node:
+        key = request_bearer()
+        if key is None:
+            raise AuthError("a node key is required: Authorization: Bearer ht_...")
+        return await ctx.db.write(authenticate, key, _now_ms(ctx))
+
+    async def post_register() -> Response:
+        body = await _body()
+        unknown = set(body) - {"key", "handle", "capabilities", "hardware"}
+        if unknown:
+            raise Malformed(f"unknown field {sorted(unknown)[0]!r:.40}")
+        key = body.get("key")
+        handle = body.get("handle")
+        if (key is not None and not isinstance(key, str)) or (
+            handle is not None and not isinstance(handle, str)
+        ):
+            raise Malformed("key and handle must be strings or null")
+        node, minted, events = await ctx.db.write(
+            partial(
+                register_node,
+                key=key,
+                handle=handle or None,
+                capabilities=body.get("capabilities", []),
+                hardware=body.get("hardware"),
+                now_ms=_now_ms(ctx),
+            )
+        )
+        publish_compute(ctx.events, events)
+        answer = node.register_json()
+        if minted is not None:
+            answer["key"] = minted
+        return json_response(answer)
+
+    async def post_lease() -> Response:
+        if ctx.stopping.is_set():
+            return stopping_response()
+        node = await node_of()
+        body = await _body()
+        unknown = set(body) - {"capabilities", "hardware", "wait_ms"}
+        if unknown:
+            raise Malformed(f"unknown field {sorted(unknown)[0]!r:.40}")
+        now = _now_ms(ctx)
+        if node.disabled(now):
+            until = node.disabled_until_ms
+            detail = f"node {node.node_id} is disabled until {iso_ms(until)} (strikes today)"
+            return json_response(
+                {"detail": detail, "reenable_at_ms": until, "reenable_at": iso_ms(until)}, 403
+            )
+        deadline = trio.current_time() + _wait_ms(body) / 1000
+        while True:
+            grant, events = await ctx.db.write(
+                partial(
+                    lease,
+                    node=node,
+                    capabilities=body.get("capabilities", []),
+                    hardware=body.get("hardware"),
+                    now_ms=_now_ms(ctx),
+                    settings=hub.settings,
+                )
+            )
+            publish_compute(ctx.events, events)
+            if grant is not None:
+                hub.timers_changed()
+                return json_response({"job": grant.to_json()})
+            if trio.current_time() >= deadline:
+                return json_response({"job": None})
+            woken = await hub.waiter.wait(WORK, deadline=deadline)
+            if isinstance(woken, Stopping) or ctx.stopping.is_set():
+                return stopping_response()
+            if not isinstance(woken, Notified):
+                return json_response({"job": None})
+
+    async def get_input(copy_id: str, name: str) -> Response:
+        node = await node_of()
+        token = request.headers.get(LEASE_HEADER)
+        sha256, hidden, challenge = await ctx.db.read(
+            input_of, node, copy_id, token, name, _now_ms(ctx)
+        )
+        if hidden:
+            log.info(
+                "node %s (%s) downloads the hidden trace of copy %s",
+                node.node_id,
+                node.handle,
+                copy_id,
+            )
+            publish_compute(ctx.events, [trace_event(node.node_id, challenge, "hidden")])
+        return object_response(ctx.objects, sha256)
+
+    async def post_result(copy_id: str) -> Response:
+        node = await node_of()
+        body = await _body()
+        code, answer, events = await ctx.db.write(
+            partial(submit_result, settings=hub.settings), node, copy_id, body, _now_ms(ctx)
+        )
+        publish_compute(ctx.events, events)
+        hub.work_changed()
+        hub.timers_changed()
+        hub.fallback_changed()
+        return json_response(answer, code)
+
+    inputs = parts.inputs
+
+    async def post_benchmark() -> Response:
+        require_admin(ctx)
+        body = await _body()
+        named = body.get("run_id")
+        if set(body) - {"run_id"} or (named is not None and not isinstance(named, str)):
+            raise Malformed('the body is {} or {"run_id": ID}')
+        run_id, w = await ctx.db.read(benchmark_target, named)
+        model = await inputs.shared(run_id, "model")
+        state = await inputs.start_state(run_id, w)
+        trace = await inputs.shared(run_id, "public")
+        if model is None or state is None or trace is None:
+            raise Conflict(
+                f"run {run_id} round {w}: no start state or no registered dataset to measure on"
+            )
+        files = [
+            {"name": name, "sha256": sha, "size": size}
+            for name, (sha, size) in zip(STEP_THROUGHPUT.inputs, (model, state, trace), strict=True)
+        ]
+        job_id, events = await ctx.db.write(
+            partial(
+                enqueue_step,
+                challenge_id=STEP_THROUGHPUT.id,
+                subject={"run_id": run_id, "w": w, "benchmark": STEP_THROUGHPUT.id},
+                step="public",
+                inputs=files,
+                now_ms=_now_ms(ctx),
+                wait_ms=hub.settings.wait_ms,
+                settings=hub.settings,
+            )
+        )
+        publish_compute(ctx.events, events)
+        hub.work_changed()
+        hub.timers_changed()
+        return json_response({"job": job_id, "run_id": run_id, "w": w})
+
+    async def get_job_view(job_id: str) -> Response:
+        return json_response(await ctx.db.read(job_view, job_id))
+
+    async def get_status() -> Response:
+        view = await ctx.db.read(partial(status, settings=hub.settings), _now_ms(ctx))
+        return json_response(view)
+
+    async def get_page() -> Response:
+        return Response(_page(), content_type="text/html; charset=utf-8")
+
+    app.add_url_rule("/v1/compute/register", "compute.register", post_register, methods=["POST"])
+    app.add_url_rule("/v1/compute/jobs/lease", "compute.lease", post_lease, methods=["POST"])
+    app.add_url_rule(
+        "/v1/compute/jobs/<copy_id>/inputs/<name>", "compute.input", get_input, methods=["GET"]
+    )
+    app.add_url_rule(
+        "/v1/compute/jobs/<copy_id>/result", "compute.result", post_result, methods=["POST"]
+    )
+    app.add_url_rule("/v1/compute/status", "compute.status", get_status, methods=["GET"])
+    app.add_url_rule("/v1/compute/steps/<job_id>", "compute.step", get_job_view, methods=["GET"])
+    app.add_url_rule(
+        "/v1/admin/compute/benchmark", "compute.benchmark", post_benchmark, methods=["POST"]
+    )
+    app.add_url_rule("/compute", "compute.page", get_page, methods=["GET"])

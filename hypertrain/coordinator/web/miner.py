@@ -1,0 +1,95 @@
+"""The miner's round routes (spec 9): accept, commit, leaves, uploads, delta.
+
+=====================================  ====================================================
+``POST /v1/runs/{id}/accept``          Accept envelope -> ``{w, hotkey, status, slot}``
+``POST /v1/runs/{id}/commit``          Commit envelope -> ``{status, receipt}``
+``POST /v1/runs/{id}/leaves``          ``{w, hotkey, preimages, ef_in_sha256?}``
+``POST /v1/runs/{id}/uploads``         ``{w, hotkey, sha256}`` -> ``{method, sha256, url}``
+``POST /v1/runs/{id}/delta``           DeltaManifest envelope -> ``{w, hotkey, status}``
+=====================================  ====================================================
+
+The decisions and statuses are :mod:`hypertrain.coordinator.flows.miner`'s; each request is one
+read of its body and one write transaction. A Commit re-posted byte for byte answers 409
+``{"detail": ..., "receipt": <stored Receipt envelope>}``, so a client that lost the first
+answer recovers its receipt.
+
+Metagraph (spec 9, "(M)"): before the write, the signer (envelopes) or body hotkey (unsigned
+routes) goes through ``ctx.metagraph`` (:mod:`hypertrain.coordinator.metagraph`): the roster
+alone by default, and also the master's metagraph when ``CHALLENGE_MASTER_URL`` is set (403
+unregistered, 503 metagraph down). Every route refuses hotkeys not rostered in the round (403).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from quart import Response
+from quart_trio import QuartTrio
+
+from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.flows.miner import (
+    DuplicateCommit,
+    LeavesRequest,
+    UploadRequest,
+    grant_upload,
+    post_accept,
+    post_commit,
+    post_delta,
+    post_leaves,
+    signer_of,
+)
+from hypertrain.coordinator.web.http import json_response, read_json
+from hypertrain.protocol.converter import structure
+
+if TYPE_CHECKING:
+    from hypertrain.coordinator.web.app import AppParts
+
+__all__ = ["register"]
+
+
+def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
+    """Add the miner routes to ``app``."""
+
+    async def accept(run_id: str) -> Response:
+        raw = await read_json(ctx)
+        await ctx.metagraph.check(signer_of(raw))
+        return json_response(await ctx.db.write(post_accept, raw, run_id))
+
+    async def commit(run_id: str) -> Response:
+        raw = await read_json(ctx)
+        await ctx.metagraph.check(signer_of(raw))
+        coord = ctx.coord_keypair()
+        try:
+            answer = await ctx.db.write(post_commit, raw, run_id, coord)
+        except DuplicateCommit as e:
+            return json_response({"detail": e.detail, "receipt": e.receipt}, e.status)
+        return json_response(answer)
+
+    async def leaves(run_id: str) -> Response:
+        req = structure(LeavesRequest, await read_json(ctx))
+        await ctx.metagraph.check(req.hotkey)
+        return json_response(await ctx.db.write(post_leaves, run_id, req))
+
+    async def uploads(run_id: str) -> Response:
+        req = structure(UploadRequest, await read_json(ctx))
+        await ctx.metagraph.check(req.hotkey)
+        grant_id = secrets.token_hex(16)
+        return json_response(await ctx.db.write(grant_upload, run_id, req, grant_id))
+
+    async def delta(run_id: str) -> Response:
+        raw = await read_json(ctx)
+        await ctx.metagraph.check(signer_of(raw))
+        return json_response(await ctx.db.write(post_delta, raw, run_id, ctx.objects.exists))
+
+    runs = "/v1/runs/<run_id>"
+    rules: list[tuple[str, str, Callable[..., Awaitable[Response]]]] = [
+        (f"{runs}/accept", "accept", accept),
+        (f"{runs}/commit", "commit", commit),
+        (f"{runs}/leaves", "leaves", leaves),
+        (f"{runs}/uploads", "uploads", uploads),
+        (f"{runs}/delta", "delta", delta),
+    ]
+    for rule, name, view in rules:
+        app.add_url_rule(rule, f"miner.{name}", view, methods=["POST"])

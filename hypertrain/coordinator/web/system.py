@@ -1,0 +1,74 @@
+"""System routes: ``GET /version`` and ``GET /health`` (spec section 9, auth none).
+
+``/health`` answers 200 ``{"ok": true}`` only when all of these hold, else 503 with
+``{"detail": ..., "reasons": [...]}`` naming every one that failed:
+
+- the database is writable: a real write in a transaction (``meta`` key ``health_checked_at``);
+- the internal token file is readable (the Cortex master needs it for ``get_weights``);
+- K_coord loads from ``HYPERTRAIN_COORD_KEY_FILE`` (safe mode and owner, 32-byte seed).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from quart import Response
+from quart_trio import QuartTrio
+
+from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.flows.system import touch_health
+from hypertrain.coordinator.tokens import TokenKind
+from hypertrain.coordinator.web.http import json_response
+from hypertrain.protocol.errors import NotConfigured
+
+if TYPE_CHECKING:
+    from hypertrain.coordinator.web.app import AppParts
+
+__all__ = ["CAPABILITIES", "CAPABILITY_ROUTES", "CONTRACT", "VERSION", "health_reasons", "register"]
+
+VERSION: Final = "0.1.0"
+CONTRACT: Final = 1
+CAPABILITIES: Final = ("proxy_routes",)
+"""What ``/version`` advertises: only what is built. The spec's ``get_weights`` joins once
+``GET /internal/v1/get_weights`` exists (the ledger)."""
+CAPABILITY_ROUTES: Final = {"get_weights": "/internal/v1/get_weights"}
+"""The route each capability promises, where it names one."""
+
+
+async def health_reasons(ctx: Coordinator) -> list[str]:
+    """Why the coordinator is not healthy; empty when it is."""
+    reasons: list[str] = []
+    try:
+        await ctx.db.write(touch_health, int(ctx.wall.now()))
+    except Exception as e:  # any failure to write is the answer, not a crash
+        reasons.append(f"database not writable: {type(e).__name__}: {e}")
+    token = ctx.tokens.readable(TokenKind.INTERNAL)
+    if token is not None:
+        reasons.append(token)
+    try:
+        ctx.coord_keypair()
+    except NotConfigured as e:
+        reasons.append(e.detail)
+    return reasons
+
+
+def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
+    """Add ``/version`` and ``/health`` to ``app``."""
+    version_body = {
+        "slug": ctx.settings.slug,
+        "version": VERSION,
+        "contract": CONTRACT,
+        "capabilities": list(CAPABILITIES),
+    }
+
+    async def version() -> Response:
+        return json_response(version_body)
+
+    async def health() -> Response:
+        reasons = await health_reasons(ctx)
+        if reasons:
+            return json_response({"detail": "; ".join(reasons), "reasons": reasons}, 503)
+        return json_response({"ok": True})
+
+    app.add_url_rule("/version", "system.version", version, methods=["GET"])
+    app.add_url_rule("/health", "system.health", health, methods=["GET"])
