@@ -60,10 +60,10 @@ def read_token_file(path: str) -> str:
     token."""
     try:
         data = Path(path).read_bytes()[: MAX_TOKEN_FILE_BYTES + 1]
-    except FileNotFoundError:
-        raise CliError(f"--admin-token-file {path}: no such file") from None
+    except FileNotFoundError as e:
+        raise CliError(f"--admin-token-file {path}: no such file") from e
     except OSError as e:
-        raise CliError(f"--admin-token-file {path}: cannot read ({e.strerror})") from None
+        raise CliError(f"--admin-token-file {path}: cannot read ({e.strerror})") from e
     token = token_in(data)
     if token is None:
         raise CliError(

@@ -81,9 +81,9 @@ def load_chain(spec: str) -> ChainInfo:
     try:
         return ChainInfo.from_json(read_json(spec))
     except CliError as e:
-        raise CliError(f"--chain: {e}", EXIT_USAGE) from None
+        raise CliError(f"--chain: {e}", EXIT_USAGE) from e
     except Malformed as e:
-        raise CliError(f"--chain {spec}: {e.detail}", EXIT_USAGE) from None
+        raise CliError(f"--chain {spec}: {e.detail}", EXIT_USAGE) from e
 
 
 def _relay_client(
@@ -95,7 +95,7 @@ def _relay_client(
     try:
         return RelayClient(relays, chain, client=client, query_timeout=query_timeout)
     except ValueError as e:
-        raise CliError(f"--relay: {e}") from None
+        raise CliError(f"--relay: {e}") from e
 
 
 @attrs.frozen
@@ -179,7 +179,7 @@ async def serve_local_main(
     try:
         chain = LocalChain.open(state_dir, clock=SystemClock(), period=period)
     except LocalChainError as e:
-        raise CliError(e.detail) from None
+        raise CliError(e.detail) from e
     stopping = trio.Event()
     bind_errors: list[OSError] = []
 
@@ -246,7 +246,7 @@ def _verify(args: argparse.Namespace) -> int:
         rnd = BeaconRound.from_json(read_json(args.input))
         check_round(chain, rnd)
     except Malformed as e:
-        raise CliError(f"invalid round: {e.detail}", EXIT_INVALID) from None
+        raise CliError(f"invalid round: {e.detail}", EXIT_INVALID) from e
     print_json(
         {"valid": True, "round": rnd.round, "randomness": rnd.randomness, "chain": chain.hash}
     )

@@ -70,12 +70,12 @@ def read_input(path: str) -> bytes:
         return sys.stdin.buffer.read()
     try:
         return Path(path).read_bytes()
-    except FileNotFoundError:
-        raise CliError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise CliError(f"{path}: is a directory") from None
+    except FileNotFoundError as e:
+        raise CliError(f"{path}: no such file") from e
+    except IsADirectoryError as e:
+        raise CliError(f"{path}: is a directory") from e
     except OSError as e:
-        raise CliError(f"{path}: cannot read ({e.strerror})") from None
+        raise CliError(f"{path}: cannot read ({e.strerror})") from e
 
 
 def read_json(path: str) -> Any:
@@ -85,7 +85,7 @@ def read_json(path: str) -> Any:
         return parse_json(data)
     except Malformed as e:
         name = "stdin" if path == "-" else path
-        raise CliError(f"{name}: {e.detail}", EXIT_INVALID) from None
+        raise CliError(f"{name}: {e.detail}", EXIT_INVALID) from e
 
 
 def print_json(value: object) -> None:

@@ -64,7 +64,7 @@ def _data_errors(handler: Handler) -> Handler:
         try:
             return handler(args)
         except DatasetError as e:
-            raise CliError(e.detail, EXIT_INVALID) from None
+            raise CliError(e.detail, EXIT_INVALID) from e
 
     return run
 
@@ -91,7 +91,7 @@ def _salt(path: str | None) -> bytes | None:
     try:
         salt = Path(path).read_bytes()
     except OSError as e:
-        raise CliError(f"--salt-file {path}: cannot read ({e.strerror})") from None
+        raise CliError(f"--salt-file {path}: cannot read ({e.strerror})") from e
     if len(salt) < MIN_SALT_BYTES:
         raise CliError(f"--salt-file {path}: a salt is at least {MIN_SALT_BYTES} raw bytes")
     return salt
@@ -111,9 +111,9 @@ def _build(args: argparse.Namespace) -> int:
     try:
         manifest = build(options)
     except FileExistsError as e:
-        raise CliError(f"--out {e}") from None
+        raise CliError(f"--out {e}") from e
     except OSError as e:
-        raise CliError(f"--out {args.out}: cannot write ({e.strerror})") from None
+        raise CliError(f"--out {args.out}: cannot write ({e.strerror})") from e
     extra = manifest.extra
     print_json(
         {

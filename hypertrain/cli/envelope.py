@@ -38,7 +38,7 @@ def _verify(args: argparse.Namespace) -> int:
     try:
         verified = verify(raw, expected_run_id=args.run_id, now_round=args.now)
     except ProtocolError as e:
-        raise CliError(f"invalid envelope: {type(e).__name__}: {e.detail}", EXIT_INVALID) from None
+        raise CliError(f"invalid envelope: {type(e).__name__}: {e.detail}", EXIT_INVALID) from e
     envelope = verified.envelope
     print_json(
         {

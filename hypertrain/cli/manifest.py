@@ -82,7 +82,7 @@ def _dataset_of(directory: Path, seq_len: int) -> DatasetSpec:
         built = load_record(DatasetManifest, directory / MANIFEST_FILE)
         built.check_counts()
     except DatasetError as e:
-        raise CliError(f"--dataset-dir {directory}: {e}") from None
+        raise CliError(f"--dataset-dir {directory}: {e}") from e
     if built.seq_len != seq_len:
         raise CliError(
             f"--dataset-dir {directory}: samples of seq_len {built.seq_len}, the model needs "
@@ -112,9 +112,9 @@ def _example(args: argparse.Namespace) -> int:
             init_state_hash=init_state_hash(model),
         )
     except SchemaError as e:
-        raise CliError(f"the options give an invalid manifest: {e.detail}", EXIT_USAGE) from None
+        raise CliError(f"the options give an invalid manifest: {e.detail}", EXIT_USAGE) from e
     except ValueError as e:
-        raise CliError(str(e), EXIT_USAGE) from None
+        raise CliError(str(e), EXIT_USAGE) from e
     if args.coord_key is None and args.coord_pubkey is None:
         provenance["coord_pubkey"] = _DEFAULT_COORD_SOURCE
     provenance["init_state_hash"] = (

@@ -138,7 +138,7 @@ class Coordinator:
             key = _file_key(os.stat(path, follow_symlinks=False))
         except OSError as e:
             self._key_cache = None
-            raise NotConfigured(f"K_coord key file unreadable: {path}: {e.strerror}") from None
+            raise NotConfigured(f"K_coord key file unreadable: {path}: {e.strerror}") from e
         cached = self._key_cache
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -146,7 +146,7 @@ class Coordinator:
             keypair = load_keypair(path)
         except KeyfileError as e:
             self._key_cache = None
-            raise NotConfigured(f"K_coord key file unusable: {e.detail}") from None
+            raise NotConfigured(f"K_coord key file unusable: {e.detail}") from e
         self._key_cache = (key, keypair)
         return keypair
 

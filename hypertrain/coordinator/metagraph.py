@@ -94,15 +94,15 @@ class MasterMetagraph:
         try:
             response = await self._client.get(self._url, timeout=self._timeout)
         except httpx.HTTPError as e:
-            raise NotConfigured(f"metagraph unavailable: {type(e).__name__}") from None
+            raise NotConfigured(f"metagraph unavailable: {type(e).__name__}") from e
         if response.status_code != 200:
             raise NotConfigured(
                 f"metagraph unavailable: the master answered {response.status_code}"
             )
         try:
             body = response.json()
-        except ValueError:
-            raise NotConfigured("metagraph unavailable: the master's answer is not JSON") from None
+        except ValueError as e:
+            raise NotConfigured("metagraph unavailable: the master's answer is not JSON") from e
         hotkeys = body.get("hotkeys") if isinstance(body, Mapping) else None
         if not isinstance(hotkeys, Mapping) or not all(isinstance(k, str) for k in hotkeys):
             raise NotConfigured("metagraph unavailable: no 'hotkeys' object in the answer")

@@ -80,7 +80,7 @@ class TokenFiles:
             self._cache.pop(kind, None)
             raise NotConfigured(
                 f"{kind.value} token file unreadable ({kind.env}: {e.strerror})"
-            ) from None
+            ) from e
         key = (st.st_mtime_ns, st.st_size, st.st_ino)
         cached = self._cache.get(kind)
         if cached is not None and cached.key == key:
@@ -98,7 +98,7 @@ class TokenFiles:
         except OSError as e:
             raise NotConfigured(
                 f"{kind.value} token file unreadable ({kind.env}: {e.strerror})"
-            ) from None
+            ) from e
         token = token_in(data)
         if token is None:
             raise NotConfigured(

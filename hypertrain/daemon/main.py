@@ -3,16 +3,21 @@
 ::
 
     supervisor  (open_supervisor: SIGINT/SIGTERM -> graceful shutdown within --grace)
-    ├─ http      serve_asgi(create_app(ctx))             started first; prints the URL
-    └─ services  every entry of services.SERVICES under supervise(), in order:
-       ├─ beacon        Pusher(relays | local chain) -> ctx.ingest_beacon, every period
-       └─ checkpointer  passive WAL checkpoints (real clock only)
+    ├─ http      serve_asgi(create_app(ctx, parts))      started first; prints the URL
+    └─ services  every entry of services.SERVICES under supervise(), in order
+
+The services are the rows of :data:`hypertrain.daemon.services.SERVICES` (what each does is
+its factory's docstring there); the routes are
+:data:`hypertrain.coordinator.web.app.ROUTE_MODULES`.
+The root builds the :class:`~hypertrain.coordinator.context.Coordinator`, the routes' parts
+(:class:`~hypertrain.coordinator.web.app.AppParts`, shared with the scoring feed) and
+subscribes the round-state feed to new beacon rounds.
 
 Shutdown (a signal, or :meth:`DaemonHandle.request_shutdown` in tests) runs, in order:
 ``ctx.stopping.set()`` (long polls and SSE streams answer 503 / end), the event hub and the
-compute hub's waiters are closed,
-the services are cancelled, then hypercorn's shutdown trigger (listeners close, requests in
-flight get ``graceful_timeout``). Whatever still runs after ``--grace`` seconds is cancelled.
+compute hub's waiters are closed, the services are cancelled, then hypercorn's shutdown
+trigger (listeners close, requests in flight get ``graceful_timeout``). Whatever still runs
+after ``--grace`` seconds is cancelled.
 
 Exit status of :func:`main`: 0 after a shutdown, 2 for a configuration error (one line on
 stderr), 1 for anything else (logged with its traceback).
@@ -92,7 +97,7 @@ def _open_chain(settings: DaemonSettings, wall: WallClock) -> tuple[ChainInfo, L
             settings.coordinator.state_dir, clock=wall, period=settings.local_period
         )
     except (LocalChainError, KeyfileError) as e:
-        raise ConfigError(f"local beacon: {e.detail}") from None
+        raise ConfigError(f"local beacon: {e.detail}") from e
     return chain.info, chain
 
 

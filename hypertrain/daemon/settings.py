@@ -180,7 +180,7 @@ def _relays(value: object, where: str) -> tuple[str, ...]:
         try:
             relays.append(normalize_relay(_text(item, where)))
         except ValueError as e:
-            raise ConfigError(f"{where}: {e}") from None
+            raise ConfigError(f"{where}: {e}") from e
     return tuple(relays)
 
 
@@ -273,9 +273,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
         with open(path, "rb") as f:
             data = tomllib.load(f)
     except OSError as e:
-        raise ConfigError(f"--config {path}: cannot read ({e.strerror})") from None
+        raise ConfigError(f"--config {path}: cannot read ({e.strerror})") from e
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"--config {path}: not valid TOML ({e})") from None
+        raise ConfigError(f"--config {path}: not valid TOML ({e})") from e
     values: dict[str, Any] = {}
     for name, raw in data.items():
         key = _BY_NAME.get(name)
@@ -331,5 +331,5 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> DaemonSett
     try:
         coordinator = CoordinatorSettings(**values)
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"settings: {e}") from None
+        raise ConfigError(f"settings: {e}") from e
     return DaemonSettings(coordinator=coordinator, **daemon)

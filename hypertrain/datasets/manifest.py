@@ -186,11 +186,11 @@ def load_record(cls: type[_R], path: Path) -> _R:
     """Parse and validate ``path`` as ``cls``; DatasetError naming the file when it fails."""
     try:
         data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise DatasetError(f"{path.name}: missing") from None
+    except FileNotFoundError as e:
+        raise DatasetError(f"{path.name}: missing") from e
     except (OSError, ValueError) as e:
-        raise DatasetError(f"{path.name}: not readable JSON ({e})") from None
+        raise DatasetError(f"{path.name}: not readable JSON ({e})") from e
     try:
         return structure(cls, data)
     except SchemaError as e:
-        raise DatasetError(f"{path.name}: {e.detail}") from None
+        raise DatasetError(f"{path.name}: {e.detail}") from e

@@ -120,10 +120,10 @@ class ShardSet:
             with path.open("rb") as f:
                 while chunk := f.read(_CHUNK):
                     digest.update(chunk)
-        except FileNotFoundError:
-            raise DatasetError(f"{path.name}: missing") from None
+        except FileNotFoundError as e:
+            raise DatasetError(f"{path.name}: missing") from e
         except OSError as e:
-            raise DatasetError(f"{path.name}: unreadable ({e.strerror})") from None
+            raise DatasetError(f"{path.name}: unreadable ({e.strerror})") from e
         if digest.hexdigest() != expected:
             raise DatasetError(f"{path.name}: sha256 {digest.hexdigest()} != manifest {expected}")
 

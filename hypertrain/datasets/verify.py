@@ -77,7 +77,7 @@ def _check_holdout(directory: Path, manifest: DatasetManifest) -> HoldoutState:
     try:
         commit = holdout_commit(bytes.fromhex(root), salt)
     except Malformed as e:
-        raise DatasetError(f"{SALT_FILE}: {e.detail}") from None
+        raise DatasetError(f"{SALT_FILE}: {e.detail}") from e
     for name, declared in ((HOLDOUT_FILE, record.commit), (MANIFEST_FILE, manifest.holdout.commit)):
         if commit != declared:
             raise DatasetError(f"{name}: holdout commit {declared} != recomputed {commit}")

@@ -99,8 +99,8 @@ def sorted_names(state: Mapping[str, Any], what: str) -> list[tuple[str, bytes]]
             raise Malformed(f"{what}: tensor name {name!r} is not a non-empty string")
         try:
             out.append((name, name.encode("utf-8")))
-        except UnicodeEncodeError:
-            raise Malformed(f"{what}: tensor name {name!r} is not valid UTF-8") from None
+        except UnicodeEncodeError as e:
+            raise Malformed(f"{what}: tensor name {name!r} is not valid UTF-8") from e
     out.sort(key=lambda item: item[1])
     return out
 
@@ -119,7 +119,7 @@ def as_f32(name: str, tensor: Any, what: str) -> F32Array:
         try:
             tensor = tensor.detach().cpu().resolve_neg().resolve_conj().numpy()
         except (TypeError, RuntimeError) as e:
-            raise Malformed(f"{what}: tensor {name!r} cannot be read as an array ({e})") from None
+            raise Malformed(f"{what}: tensor {name!r} cannot be read as an array ({e})") from e
     if not isinstance(tensor, np.ndarray):
         raise Malformed(f"{what}: {name!r} is a {type(tensor).__name__}, not a float32 array")
     if tensor.dtype.kind != "f" or tensor.dtype.itemsize != 4:
@@ -184,8 +184,8 @@ class FrameReader:
         raw = bytes(self.lp("tensor name"))
         try:
             name = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise Malformed(f"{self.what}: tensor name {raw[:40]!r} is not valid UTF-8") from None
+        except UnicodeDecodeError as e:
+            raise Malformed(f"{self.what}: tensor name {raw[:40]!r} is not valid UTF-8") from e
         if not name:
             raise Malformed(f"{self.what}: empty tensor name")
         if self._last_name is not None and raw <= self._last_name:

@@ -194,7 +194,7 @@ def set_paused(
         try:
             keypair = coord()
         except NotConfigured as e:
-            raise NotConfigured(f"cannot open round 0: {e.detail}") from None
+            raise NotConfigured(f"cannot open round 0: {e.detail}") from e
         opened = open_round_zero(conn, run, members, d, keypair)
     set_status(conn, run_id, "running")
     return "running", opened
