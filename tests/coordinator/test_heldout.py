@@ -18,8 +18,8 @@ from hypertrain.coordinator.flows.heldout import (
     get_loss,
     get_loss_row,
     heldout_loss,
-    open_holdout,
     pending,
+    read_holdout,
     record_loss,
 )
 from hypertrain.coordinator.tables.runs import insert_run
@@ -83,19 +83,19 @@ def _model() -> ModelSpec:
 
 
 def test_the_registered_holdout_opens(built: Path) -> None:
-    rows = open_holdout(built, _sha(built), SEQ_LEN, 8)
+    rows = read_holdout(built, _sha(built), SEQ_LEN, 8)
     assert rows.shape == (8, SEQ_LEN + 1)
     assert rows.dtype == np.uint16
-    everything = open_holdout(built, _sha(built), SEQ_LEN, 10**6)
+    everything = read_holdout(built, _sha(built), SEQ_LEN, 10**6)
     assert 8 < len(everything) < 10**6  # at most the whole split
 
 
 def test_a_directory_of_another_dataset_is_refused(built: Path, tmp_path: Path) -> None:
     other = _build(tmp_path / "b", b"t" * 32)  # a different salt: a different manifest
     with pytest.raises(DatasetError, match="registered dataset is " + _sha(built)):
-        open_holdout(other, _sha(built), SEQ_LEN, 8)
+        read_holdout(other, _sha(built), SEQ_LEN, 8)
     with pytest.raises(DatasetError, match="cannot read"):
-        open_holdout(tmp_path / "nowhere", _sha(built), SEQ_LEN, 8)
+        read_holdout(tmp_path / "nowhere", _sha(built), SEQ_LEN, 8)
 
 
 def test_a_tampered_holdout_shard_is_refused(built: Path, tmp_path: Path) -> None:
@@ -105,23 +105,23 @@ def test_a_tampered_holdout_shard_is_refused(built: Path, tmp_path: Path) -> Non
     data[0] ^= 1
     shard.write_bytes(bytes(data))
     with pytest.raises(DatasetError, match="holdout"):
-        open_holdout(copy, _sha(built), SEQ_LEN, 8)
+        read_holdout(copy, _sha(built), SEQ_LEN, 8)
 
 
 def test_a_holdout_without_its_salt_or_of_another_seq_len_is_refused(
     built: Path, tmp_path: Path
 ) -> None:
     with pytest.raises(DatasetError, match="seq_len 16 is not the model's 32"):
-        open_holdout(built, _sha(built), 32, 8)
+        read_holdout(built, _sha(built), 32, 8)
     copy = _copy(built, tmp_path)
     (copy / "holdout.salt").unlink()
     with pytest.raises(DatasetError, match="commitment"):
-        open_holdout(copy, _sha(built), SEQ_LEN, 8)
+        read_holdout(copy, _sha(built), SEQ_LEN, 8)
 
 
 def test_init_params_are_near_uniform_on_the_holdout(built: Path, configured: None) -> None:
     model = _model()
-    rows = open_holdout(built, _sha(built), SEQ_LEN, 64)
+    rows = read_holdout(built, _sha(built), SEQ_LEN, 64)
     theta = init_params(model)
     value = heldout_loss(model, theta, rows, 16)
     assert isinstance(value, float)

@@ -32,10 +32,10 @@ from attrs import frozen
 from hypertrain.aggregator.step import MergeInputs, Step
 from hypertrain.beacon.ingest import latest_round
 from hypertrain.coordinator.flows.roundopen import (
-    open_planned,
     parse_manifest,
     plan_round,
     seal_round_open,
+    store_round_open,
 )
 from hypertrain.coordinator.tables.miners import StateRow, insert_round_state, miner_details
 from hypertrain.coordinator.tables.rounds import RoundRow, get_round_row
@@ -189,7 +189,7 @@ def commit_step(
         outer_state_hash=step.outer_state_hash,
         center_hash=step.center_hash,
     )
-    opened = open_planned(conn, plan, seal_round_open(coord, run_id, body), body, now=d)
+    opened = store_round_open(conn, plan, seal_round_open(coord, run_id, body), body, now=d)
     insert_round_state(conn, run_id, w + 1, StateRow(step.theta_start_sha256, None), d)
     return opened
 

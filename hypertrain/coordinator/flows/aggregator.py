@@ -11,7 +11,7 @@ import sqlite3
 from typing import Any
 
 from hypertrain.beacon.ingest import latest_round
-from hypertrain.coordinator.flows.roundopen import TEMPLATE_FIELDS, open_planned, plan_round
+from hypertrain.coordinator.flows.roundopen import TEMPLATE_FIELDS, plan_round, store_round_open
 from hypertrain.coordinator.flows.roundview import round_facts
 from hypertrain.coordinator.tables.rounds import RoundRow, get_round_row
 from hypertrain.coordinator.tables.runs import active_roster, get_run, next_round_w
@@ -80,4 +80,4 @@ def apply_aggregate(conn: sqlite3.Connection, run_id: str, w: int, verified: Ver
                 f"RoundOpen.{name} is {got[name]!r:.200}, the server's template has"
                 f" {wanted[name]!r:.200}"
             )
-    return open_planned(conn, plan, verified.envelope, body, now=d)
+    return store_round_open(conn, plan, verified.envelope, body, now=d)

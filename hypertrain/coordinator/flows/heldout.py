@@ -8,7 +8,7 @@ exists even when round ``w`` is never opened because ``w - 1`` was the last roun
 - :func:`pending`: every ``theta(w)`` without a ``heldout_losses`` row, of the runs that have a
   registered dataset, ordered by run and ``w``;
 - :func:`record_loss` (write-once: a row already present is left alone) and :func:`get_loss`;
-- :func:`open_holdout`: the operator's private holdout, refused (:class:`DatasetError`, one
+- :func:`read_holdout`: the operator's private holdout, refused (:class:`DatasetError`, one
   line naming the problem) unless its ``manifest.json`` hashes to the run's registered
   manifest, the whole directory verifies including the holdout commitment (salt present), and
   its ``seq_len`` is the model's;
@@ -46,8 +46,8 @@ __all__ = [
     "get_loss",
     "get_loss_row",
     "heldout_loss",
-    "open_holdout",
     "pending",
+    "read_holdout",
     "record_loss",
 ]
 
@@ -127,7 +127,7 @@ def get_loss(conn: sqlite3.Connection, run_id: str, w: int) -> float | None:
     return None if row is None else row.loss
 
 
-def open_holdout(
+def read_holdout(
     directory: Path, registered_sha256: str, seq_len: int, n_samples: int
 ) -> HoldoutRows:
     """The first ``n_samples`` (at most all) holdout rows of ``directory`` (module doc)."""

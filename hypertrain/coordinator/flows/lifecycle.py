@@ -16,7 +16,7 @@
 
 :func:`set_paused` (one write) pauses, or unpauses once the run has a config, a beacon round
 and a rostered miner (409 naming what is missing). The first unpause opens round 0
-(:func:`open_round_zero`): ``d_open = D + 1``, the deadline template, the roster with ``q_i``
+(:func:`seal_round_zero`): ``d_open = D + 1``, the deadline template, the roster with ``q_i``
 (:func:`hypertrain.rounds.audit.roster_entries`), ``theta_hash = prev_final_hash =
 init_state_hash``, ``outer_state_hash = center_hash = ZERO_STATE``, the committed honeypot or
 NO_HONEYPOT, sealed by K_coord with ``exp_drand = NEVER``.
@@ -32,10 +32,10 @@ from attrs import frozen
 from hypertrain.beacon.chain import ChainInfo
 from hypertrain.beacon.ingest import latest_round
 from hypertrain.coordinator.flows.roundopen import (
-    open_planned,
     parse_manifest,
     plan_round,
     seal_round_open,
+    store_round_open,
 )
 from hypertrain.coordinator.tables.rounds import RoundRow
 from hypertrain.coordinator.tables.runs import (
@@ -60,8 +60,8 @@ __all__ = [
     "LedgerParams",
     "check_manifest",
     "create_run",
-    "open_round_zero",
     "parse_manifest",
+    "seal_round_zero",
     "set_paused",
 ]
 
@@ -146,7 +146,7 @@ def create_run(
     return run_id
 
 
-def open_round_zero(
+def seal_round_zero(
     conn: sqlite3.Connection,
     run: RunRow,
     members: list[RosterRow],
@@ -163,7 +163,7 @@ def open_round_zero(
         center_hash=ZERO_STATE,
     )
     envelope = seal_round_open(coord, run.run_id, body)
-    return open_planned(conn, plan, envelope, body, now=D, published_state=RoundState.OPEN)
+    return store_round_open(conn, plan, envelope, body, now=D, published_state=RoundState.OPEN)
 
 
 def set_paused(
@@ -195,6 +195,6 @@ def set_paused(
             keypair = coord()
         except NotConfigured as e:
             raise NotConfigured(f"cannot open round 0: {e.detail}") from e
-        opened = open_round_zero(conn, run, members, d, keypair)
+        opened = seal_round_zero(conn, run, members, d, keypair)
     set_status(conn, run_id, "running")
     return "running", opened

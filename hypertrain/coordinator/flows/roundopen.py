@@ -5,8 +5,8 @@
 its ``roster_hash``, the committed honeypot (or NO_HONEYPOT), the deadline template (spec 4.1),
 the assignment base (:func:`hypertrain.rounds.assignment.next_base`, chained from round
 ``w - 1``) and the audit reasons. The plan is the server's *template* (RoundOpen minus the four
-state hashes, spec 9); :meth:`RoundPlan.body` adds the hashes and :func:`open_planned` seals it
-with K_coord (``exp_drand = NEVER``) and stores the round.
+state hashes, spec 9); :meth:`RoundPlan.body` adds the hashes, :func:`seal_round_open` seals it
+with K_coord (``exp_drand = NEVER``) and :func:`store_round_open` stores the round.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from hypertrain.rounds.states import RoundState
 __all__ = [
     "TEMPLATE_FIELDS",
     "RoundPlan",
-    "open_planned",
     "parse_manifest",
     "plan_round",
     "seal_round_open",
+    "store_round_open",
 ]
 
 TEMPLATE_FIELDS = (
@@ -159,7 +159,7 @@ def plan_round(
     )
 
 
-def open_planned(
+def store_round_open(
     conn: sqlite3.Connection,
     plan: RoundPlan,
     envelope: Envelope,

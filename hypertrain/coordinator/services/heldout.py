@@ -1,7 +1,7 @@
 """The daemon's held-out loss service: evaluate every theta of a run on the private holdout.
 
 Each pass reads :func:`~hypertrain.coordinator.flows.heldout.pending` and, for every theta owed a
-loss: opens the run's holdout once (:func:`~hypertrain.coordinator.flows.heldout.open_holdout` on
+loss: opens the run's holdout once (:func:`~hypertrain.coordinator.flows.heldout.read_holdout` on
 ``settings.holdout_dir``, first ``settings.heldout_samples`` samples, cached per run), loads
 ``theta(w)`` (genesis: ``init_params``; else the stored theta-only state blob, whose
 ``TH(theta)`` must be the aggregation's ``theta_hash``), computes the loss, writes the
@@ -34,8 +34,8 @@ from hypertrain.coordinator.flows.heldout import (
     LossRow,
     Pending,
     heldout_loss,
-    open_holdout,
     pending,
+    read_holdout,
     record_loss,
 )
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
@@ -132,7 +132,7 @@ class HeldoutService:
         model = parse_manifest(run.manifest_envelope).model
         try:
             rows = await self.run_sync(
-                open_holdout, self.holdout_dir, item.manifest_sha256, model.seq_len, self.samples
+                read_holdout, self.holdout_dir, item.manifest_sha256, model.seq_len, self.samples
             )
         except DatasetError as e:
             self._refused.add(item.run_id)

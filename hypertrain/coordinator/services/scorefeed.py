@@ -37,7 +37,7 @@ import trio
 from hypertrain.compute import enqueue_step
 from hypertrain.coordinator.computehub import publish_compute
 from hypertrain.coordinator.context import Coordinator
-from hypertrain.coordinator.flows.heldout import open_holdout
+from hypertrain.coordinator.flows.heldout import read_holdout
 from hypertrain.coordinator.flows.scoring import (
     BATCH,
     Upload,
@@ -127,7 +127,7 @@ class ScoreFeed:
         if self.holdout_dir is None:
             return None
         try:
-            rows = await self.run_sync(open_holdout, self.holdout_dir, dataset_sha, seq_len, n)
+            rows = await self.run_sync(read_holdout, self.holdout_dir, dataset_sha, seq_len, n)
         except DatasetError as e:
             self._warn_once(run_id, "holdout", f"no hidden scoring step: {e}")
             return None
