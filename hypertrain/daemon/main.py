@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from typing import Final
@@ -83,6 +83,10 @@ class DaemonHandle:
     ctx: Coordinator
     app: App
     supervisor: Supervisor
+    services: Mapping[str, object]
+    """What each started service reported through ``task_status.started(...)``, by name (the
+    beacon pusher its first tick, the aggregator and the held-out service the round D they
+    started at, ...); a service that does not apply here is absent."""
 
     def request_shutdown(self, *, immediate: bool = False) -> None:
         """Shut down as SIGTERM would (``immediate``: as a second signal)."""
@@ -129,9 +133,11 @@ async def _run_services(
     specs: Sequence[ServiceSpec],
     scope: trio.CancelScope,
     *,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    task_status: trio.TaskStatus[dict[str, object]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Start each applicable service in order under ``supervise``; ends when ``scope`` is."""
+    """Start each applicable service in order under ``supervise``; reports what each one
+    reported when it started, by name; ends when ``scope`` is."""
+    started: dict[str, object] = {}
     with scope:
         async with trio.open_nursery() as nursery:
             for spec in specs:
@@ -139,11 +145,11 @@ async def _run_services(
                 if fn is None:
                     log.info("service %s: not started (does not apply here)", spec.name)
                     continue
-                await nursery.start(
+                started[spec.name] = await nursery.start(
                     partial(supervise, spec.name, fn, policy=spec.policy), name=spec.name
                 )
-                log.info("service %s: started", spec.name)
-            task_status.started()
+                log.info("service %s: started (%r)", spec.name, started[spec.name])
+            task_status.started(started)
 
 
 async def serve_daemon(
@@ -206,8 +212,8 @@ async def serve_daemon(
             )
             log.info("listening on %s (beacon: %s, D=%d)", url, settings.beacon, ctx.beacon.latest)
             parts = DaemonParts(settings, ctx, wall, client, local_chain, app_parts)
-            await supervisor.nursery.start(_run_services, parts, services, services_scope)
-            task_status.started(DaemonHandle(url, ctx, app, supervisor))
+            started = await supervisor.nursery.start(_run_services, parts, services, services_scope)
+            task_status.started(DaemonHandle(url, ctx, app, supervisor, started))
         if supervisor.shutdown_requested:
             log.info("shut down (signal: %s)", getattr(supervisor.shutdown_signal, "name", None))
 

@@ -58,9 +58,9 @@ class AggregatorService:
     run_sync: RunSync = run_inline
     """Where the merge's CPU work runs (the daemon: a worker thread with the real clock)."""
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Merge due rounds forever (module doc)."""
-        task_status.started()
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Merge due rounds forever (module doc); reports the round D it starts at."""
+        task_status.started(self.ctx.beacon.latest)
         while True:
             due = await self.ctx.db.read(due_rounds)
             latest = self.ctx.beacon.latest

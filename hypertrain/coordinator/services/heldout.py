@@ -77,9 +77,9 @@ class HeldoutService:
     _refused: set[str] = attrs.field(factory=set, init=False)
     _skipped: set[tuple[str, int]] = attrs.field(factory=set, init=False)
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Compute owed losses forever (module doc)."""
-        task_status.started()
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Compute owed losses forever (module doc); reports the round D it starts at."""
+        task_status.started(self.ctx.beacon.latest)
         while True:
             for item in await self.ctx.db.read(pending):
                 if item.run_id not in self._refused and (item.run_id, item.w) not in self._skipped:
