@@ -42,6 +42,8 @@ from hypertrain.coordinator.tables.rounds import get_round_row
 from hypertrain.coordinator.tables.runs import get_run
 from hypertrain.protocol.errors import Conflict, ContractMismatch, NotFound
 from hypertrain.protocol.validators import hex64
+from hypertrain.store.catalog import record_object
+from hypertrain.store.keys import ObjectInfo
 
 __all__ = ["TapeRequest", "check_tape_facts", "record_tape", "tape_record"]
 
@@ -102,9 +104,17 @@ def tape_record(tape_key: str, tape: SignedTape, out: OuterState, theta_sha: str
     )
 
 
-def record_tape(conn: sqlite3.Connection, run_id: str, w: int, record: AggregationRow) -> bool:
-    """Write the ``aggregations`` row (one write); False when this tape was recorded already,
-    409 when another one was."""
+def record_tape(
+    conn: sqlite3.Connection,
+    run_id: str,
+    w: int,
+    record: AggregationRow,
+    theta: ObjectInfo,
+    now: int,
+) -> bool:
+    """Catalog the start-state blob ``theta`` and write the ``aggregations`` row (one write);
+    False when this tape was recorded already, 409 when another one was."""
+    record_object(conn, theta, now)
     existing = get_aggregation(conn, run_id, w)
     if existing is not None:
         if existing.tape_key == record.tape_key:

@@ -40,7 +40,6 @@ from hypertrain.coordinator.web.http import json_response, read_json
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.envelope import check_shape, verify
 from hypertrain.protocol.errors import Conflict, Malformed
-from hypertrain.store.catalog import record_object
 from hypertrain.trainer.state import pack_state
 
 if TYPE_CHECKING:
@@ -98,9 +97,8 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         out = unpack_outer(await _stored(tape.body.out_state, "out_state"))
         await ctx.db.read(check_tape_facts, run_id, w, tape, out)
         theta = await ctx.objects.put_bytes(pack_state(out.theta))
-        await ctx.db.write(record_object, theta, int(ctx.wall.now()))
         record = tape_record(wanted.tape_key, tape, out, theta.sha256)
-        if await ctx.db.write(record_tape, run_id, w, record):
+        if await ctx.db.write(record_tape, run_id, w, record, theta, int(ctx.wall.now())):
             ctx.events.publish(
                 "round_state",
                 {
