@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from attrs import frozen
 
@@ -38,6 +38,9 @@ Kind = Literal["model", "public", "hidden"]
 
 UploadKey = tuple[str, int, str]
 """``(run_id, w, hotkey)``: the outbox's order."""
+
+_BEFORE_ALL: Final[UploadKey] = ("", -1, "")
+"""A key below every row's (run ids are 64 hex digits, ``w >= 0``)."""
 
 
 def get_input(conn: sqlite3.Connection, run_id: str, kind: Kind) -> tuple[str, int] | None:
@@ -96,7 +99,7 @@ def queue_upload(conn: sqlite3.Connection, upload: Upload, now: int) -> None:
 def queued_uploads(conn: sqlite3.Connection, after: UploadKey | None, limit: int) -> list[Upload]:
     """Up to ``limit`` outbox rows of running runs whose key is greater than ``after`` (None:
     from the first), in key order: a run's oldest rounds first."""
-    start = ("", -1, "") if after is None else after
+    start = _BEFORE_ALL if after is None else after
     rows = conn.execute(
         "SELECT o.run_id, o.w, o.hotkey, o.delta_hash FROM scoring_outbox o"
         " JOIN runs r ON r.run_id = o.run_id"
