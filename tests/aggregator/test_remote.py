@@ -110,9 +110,9 @@ def _inputs_of(conn: sqlite3.Connection, run_id: str, w: int, prev_key: str | No
     row = get_round_row(conn, run_id, w)
     assert row is not None
     uploads = tuple(
-        (hotkey, str(json.loads(miner.delta_manifest)["body"]["delta_hash"]))
+        (hotkey, miner.delta_hash)
         for hotkey, miner in sorted(miner_details(conn, run_id, w).items())
-        if miner.status == "UPLOADED" and miner.delta_manifest is not None
+        if miner.status == "UPLOADED" and miner.delta_hash is not None
     )
     return StepInputs(get_run(conn, run_id), row, latest_round(conn), prev_key, uploads)
 

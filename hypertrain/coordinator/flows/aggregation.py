@@ -23,7 +23,6 @@ The step runs in three parts, so that a daemon stopped anywhere finishes it exac
 
 from __future__ import annotations
 
-import json
 import sqlite3
 
 import attrs
@@ -133,11 +132,12 @@ def step_inputs(conn: sqlite3.Connection, run_id: str, w: int) -> StepInputs:
         if prev is None:
             raise Conflict(f"round {w - 1} of run {run_id} was not aggregated by this daemon")
         prev_key = prev.out_state
-    uploads = []
-    for hotkey, miner in sorted(miner_details(conn, run_id, w).items()):
-        if miner.status == "UPLOADED" and miner.delta_manifest is not None:
-            uploads.append((hotkey, str(json.loads(miner.delta_manifest)["body"]["delta_hash"])))
-    return StepInputs(run, row, latest_round(conn), prev_key, tuple(uploads))
+    uploads = tuple(
+        (hotkey, miner.delta_hash)
+        for hotkey, miner in sorted(miner_details(conn, run_id, w).items())
+        if miner.status == "UPLOADED" and miner.delta_hash is not None
+    )
+    return StepInputs(run, row, latest_round(conn), prev_key, uploads)
 
 
 def commit_step(

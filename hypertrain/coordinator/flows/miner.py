@@ -30,7 +30,10 @@ Per route (statuses of spec 9):
   delta_hash`` (422) -> a grant for ``PUT /v1/uploads/{grant}`` expiring at ``d_upload``.
 - :func:`post_delta`: a DeltaManifest naming the committed ``delta_hash`` and ``delta_bytes``
   (422) once the object is stored (409 "upload first"), status COMMITTED, ``D < d_upload``
-  (409) -> UPLOADED. Re-posting the stored manifest answers the same 200 (idempotent).
+  (409) -> UPLOADED, with the miner row's ``delta_hash`` column and the upload's row in the
+  scoring outbox (the scoring feed enqueues its scoring steps) in the same transaction, so a
+  refused manifest leaves neither. Re-posting the stored manifest answers the same 200
+  (idempotent) and changes nothing.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from hypertrain.coordinator.tables.miners import (
 )
 from hypertrain.coordinator.tables.rounds import RoundRow, get_round_row
 from hypertrain.coordinator.tables.runs import dumps, get_run, record_seen
+from hypertrain.coordinator.tables.scoring import Upload, queue_upload
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.envelope import NEVER, Verified, check_shape, seal, verify
 from hypertrain.protocol.errors import (
@@ -373,7 +377,8 @@ def post_delta(
         )
     if not stored(body.delta_hash):
         raise Conflict(f"object {body.delta_hash} is not stored: upload first")
-    set_uploaded(conn, run_id, body.w, body.hotkey, text)
+    set_uploaded(conn, run_id, body.w, body.hotkey, env=text, delta_hash=body.delta_hash)
+    queue_upload(conn, Upload(run_id, body.w, body.hotkey, body.delta_hash), now)
     return answer
 
 

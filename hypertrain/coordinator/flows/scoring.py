@@ -1,62 +1,31 @@
-"""What the scoring feed reads (:mod:`hypertrain.coordinator.services.scorefeed`).
+"""The scoring feed's transactions (:mod:`hypertrain.coordinator.services.scorefeed`).
 
-- :func:`unscored_uploads`: uploaded deltas that have no scoring step yet;
-- :func:`run_scoring_facts`: a run's manifest and registered dataset.
+- :func:`run_scoring_facts` (read): a run's manifest and registered dataset;
+- :func:`enqueue_scoring` (write): an outbox row's ``delta-loss`` steps enqueued and the row
+  taken out of the outbox, together: a daemon stopped anywhere either enqueued them and
+  forgot the row, or did neither and feeds the row again after its restart.
+
+The outbox rows themselves are written by :func:`hypertrain.coordinator.flows.miner.post_delta`
+(:mod:`hypertrain.coordinator.tables.scoring`).
 """
 
 from __future__ import annotations
 
-import json
 import sqlite3
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-import attrs
-
+from hypertrain.compute import ComputeSettings, Event, enqueue_step
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
 from hypertrain.coordinator.tables.runs import get_run
+from hypertrain.coordinator.tables.scoring import Upload, drop_upload
 from hypertrain.protocol.manifest import RunManifest
+from hypertrain.scoring.registry import DELTA_LOSS
 
-__all__ = ["BATCH", "LOOKBACK_ROUNDS", "Upload", "run_scoring_facts", "unscored_uploads"]
+__all__ = ["BATCH", "enqueue_scoring", "run_scoring_facts"]
 
 BATCH: Final = 64
-"""Uploads one pass of the feed takes."""
-LOOKBACK_ROUNDS: Final = 16
-"""Only uploads of a run's newest rounds are fed (a scan of the whole history every beacon
-round would grow with the run; a delta older than this is no longer worth scoring)."""
-
-
-@attrs.frozen
-class Upload:
-    """One uploaded delta without scoring jobs."""
-
-    run_id: str
-    w: int
-    hotkey: str
-    delta_hash: str
-
-    @property
-    def subject(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "w": self.w, "hotkey": self.hotkey}
-
-
-def unscored_uploads(conn: sqlite3.Connection, limit: int = BATCH) -> list[Upload]:
-    """UPLOADED miners of running runs' last :data:`LOOKBACK_ROUNDS` rounds that have no
-    compute job yet, oldest rounds first."""
-    rows = conn.execute(
-        "SELECT m.run_id, m.w, m.hotkey, m.delta_manifest FROM miners m"
-        " JOIN runs r ON r.run_id = m.run_id"
-        " WHERE m.status = 'UPLOADED' AND m.delta_manifest IS NOT NULL AND r.status = 'running'"
-        " AND m.w >= (SELECT max(w) FROM rounds ro WHERE ro.run_id = m.run_id) - ?"
-        " AND NOT EXISTS (SELECT 1 FROM compute_jobs j WHERE j.subject ="
-        ' \'{"hotkey":"\' || m.hotkey || \'","run_id":"\' || m.run_id || \'","w":\' || m.w'
-        " || '}')"
-        " ORDER BY m.run_id, m.w, m.hotkey LIMIT ?",
-        (LOOKBACK_ROUNDS, limit),
-    ).fetchall()
-    return [
-        Upload(run_id, w, hotkey, str(json.loads(manifest)["body"]["delta_hash"]))
-        for run_id, w, hotkey, manifest in rows
-    ]
+"""Outbox rows one pass of the feed takes."""
 
 
 def run_scoring_facts(conn: sqlite3.Connection, run_id: str) -> tuple[RunManifest, str | None]:
@@ -66,3 +35,32 @@ def run_scoring_facts(conn: sqlite3.Connection, run_id: str) -> tuple[RunManifes
         "SELECT manifest_sha256 FROM run_datasets WHERE run_id = ?", (run_id,)
     ).fetchone()
     return manifest, None if row is None else str(row[0])
+
+
+def enqueue_scoring(
+    conn: sqlite3.Connection,
+    upload: Upload,
+    steps: Mapping[str, Sequence[Mapping[str, Any]]],
+    *,
+    now_ms: int,
+    settings: ComputeSettings,
+) -> list[Event]:
+    """Enqueue ``upload``'s ``delta-loss`` ``steps`` (step -> the job's inputs) with the
+    settings' wait window and drop its outbox row, in one transaction; the events to publish.
+    A step enqueued before is kept as it is (``enqueue_step`` is idempotent per subject and
+    step)."""
+    events: list[Event] = []
+    for step, inputs in steps.items():
+        _, more = enqueue_step(
+            conn,
+            challenge_id=DELTA_LOSS.id,
+            subject=upload.subject,
+            step=step,
+            inputs=inputs,
+            now_ms=now_ms,
+            wait_ms=settings.wait_ms,
+            settings=settings,
+        )
+        events += more
+    drop_upload(conn, upload)
+    return events

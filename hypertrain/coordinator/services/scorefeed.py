@@ -1,7 +1,9 @@
 """Feeding uploaded deltas to the compute network: every DeltaManifest becomes scoring steps.
 
-For each miner row ``UPLOADED`` in a running run without compute jobs yet, the feeder enqueues
-challenge ``delta-loss`` (DESIGN.md section 6) twice, as one job each (two copies):
+The transaction that records a DeltaManifest also puts the upload in the scoring outbox
+(:func:`~hypertrain.coordinator.flows.miner.post_delta`, ``scoring_outbox``). This service drains
+the outbox: for each row of a running run it enqueues challenge ``delta-loss`` (DESIGN.md
+section 6) twice, as one job each (two copies):
 
 - step ``public``: the trace is the first ``trace_samples`` samples of the train split (read from
   the registered dataset's first shard in the object store);
@@ -13,13 +15,19 @@ challenge ``delta-loss`` (DESIGN.md section 6) twice, as one job each (two copie
 The job inputs are ``model.json`` (the manifest's ``model`` section, canonical JSON),
 ``state.bin`` (round ``w``'s published theta-only start state; for round 0 the genesis state,
 stored here when not published), ``delta.bin`` (the miner's delta payload) and ``trace.u16``.
-The per-run objects are built once and remembered in ``scoring_inputs``; ``enqueue_step`` is
-idempotent per (subject, step), so a restarted daemon feeds exactly what is missing. A round
-whose start state is not published yet (``w > 0``) waits for it.
+The per-run objects are built once and remembered in ``scoring_inputs`` (object-store I/O, each
+in its own short transaction); then one write enqueues the steps and deletes the outbox row
+(:func:`~hypertrain.coordinator.flows.scoring.enqueue_scoring`), so a restarted daemon resumes
+from the outbox and feeds each upload once, however old its round. A row stays in the outbox,
+for a later pass, while its round's start state is not published (``w > 0``), while its run has
+no registered dataset, and while its run is not running.
 
-:class:`ScoreFeed` is the daemon service: a pass every beacon round (bounded by
-:data:`IDLE_WAIT`), at most :data:`BATCH` uploads a pass; problems with a run (no dataset, a
-holdout that does not verify) are logged once per run and never stop the daemon.
+:class:`ScoreFeed` is the daemon service: it walks the outbox in key order, ``batch`` rows a pass
+(:data:`~hypertrain.coordinator.flows.scoring.BATCH`). After a full page the next pass continues
+at once after its last row; after a shorter one the walk starts over at the next beacon round
+(waiting at most :data:`IDLE_WAIT`), so rows that must wait never hold back the ones behind them.
+Problems with a run (no dataset, a holdout that does not verify, a delta that cannot be read) are
+logged once per run and never stop the daemon.
 """
 
 from __future__ import annotations
@@ -34,18 +42,19 @@ import attrs
 import numpy as np
 import trio
 
-from hypertrain.compute import enqueue_step
 from hypertrain.coordinator.computehub import publish_compute
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.flows.heldout import read_holdout
-from hypertrain.coordinator.flows.scoring import (
-    BATCH,
-    Upload,
-    run_scoring_facts,
-    unscored_uploads,
-)
+from hypertrain.coordinator.flows.scoring import BATCH, enqueue_scoring, run_scoring_facts
 from hypertrain.coordinator.tables.miners import get_round_state
-from hypertrain.coordinator.tables.scoring import Kind, get_input, put_input
+from hypertrain.coordinator.tables.scoring import (
+    Kind,
+    Upload,
+    UploadKey,
+    get_input,
+    put_input,
+    queued_uploads,
+)
 from hypertrain.datasets.errors import DatasetError
 from hypertrain.datasets.manifest import DatasetManifest
 from hypertrain.protocol.converter import structure, unstructure
@@ -78,6 +87,8 @@ class ScoreFeed:
     ctx: Coordinator
     holdout_dir: Path | None
     run_sync: RunSync = run_inline
+    batch: int = BATCH
+    """Outbox rows a pass takes."""
     _warned: set[tuple[str, str]] = attrs.field(factory=set, init=False)
 
     def _warn_once(self, run_id: str, what: str, message: str) -> None:
@@ -87,15 +98,17 @@ class ScoreFeed:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
+        after: UploadKey | None = None
         while True:
-            uploads = await self.ctx.db.read(unscored_uploads)
+            uploads = await self.ctx.db.read(queued_uploads, after, self.batch)
             for upload in uploads:
                 try:
                     await self.feed(upload)
                 except (HypertrainError, DatasetError, OSError) as e:
                     self._warn_once(upload.run_id, "feed", f"cannot feed scoring jobs: {e}")
+            after = uploads[-1].key if len(uploads) == self.batch else None
             target = self.ctx.beacon.latest + 1
-            with trio.move_on_after(IDLE_WAIT if len(uploads) < BATCH else 0):
+            with trio.move_on_after(IDLE_WAIT if after is None else 0):
                 await self.ctx.beacon.wait_round(target)
             if self.ctx.stopping.is_set():
                 return
@@ -149,10 +162,11 @@ class ScoreFeed:
         return info.sha256, info.size
 
     async def feed(self, upload: Upload) -> int:
-        """Enqueue the scoring steps of one upload; how many were enqueued."""
+        """Enqueue the scoring steps of one outbox row and drop the row; how many steps were
+        enqueued (0: the row stays, module doc)."""
         model = await self.shared(upload.run_id, "model")
-        state = await self.start_state(upload.run_id, upload.w)
         public = await self.shared(upload.run_id, "public")
+        state = await self.start_state(upload.run_id, upload.w)
         if model is None or state is None or public is None:
             return 0
         delta = (upload.delta_hash, self.ctx.objects.size_of(upload.delta_hash))
@@ -160,28 +174,21 @@ class ScoreFeed:
         hidden = await self.shared(upload.run_id, "hidden")
         if hidden is not None:
             traces["hidden"] = hidden
-        now_ms = int(self.ctx.wall.now() * 1000)
-        hub = self.ctx.compute
-        for step, trace in traces.items():
-            inputs = [
+        steps = {
+            step: [
                 {"name": name, "sha256": sha, "size": size}
                 for name, (sha, size) in zip(
                     DELTA_LOSS.inputs, (model, state, delta, trace), strict=True
                 )
             ]
-            _, events = await self.ctx.db.write(
-                partial(
-                    enqueue_step,
-                    challenge_id=DELTA_LOSS.id,
-                    subject=upload.subject,
-                    step=step,
-                    inputs=inputs,
-                    now_ms=now_ms,
-                    wait_ms=hub.settings.wait_ms,
-                    settings=hub.settings,
-                )
-            )
-            publish_compute(self.ctx.events, events)
+            for step, trace in traces.items()
+        }
+        now_ms = int(self.ctx.wall.now() * 1000)
+        hub = self.ctx.compute
+        events = await self.ctx.db.write(
+            partial(enqueue_scoring, now_ms=now_ms, settings=hub.settings), upload, steps
+        )
+        publish_compute(self.ctx.events, events)
         hub.work_changed()
         hub.timers_changed()
-        return len(traces)
+        return len(steps)

@@ -1,10 +1,12 @@
-"""What miners posted in a round, in the store (tables and columns of ``0004_miner_flow.sql``).
+"""What miners posted in a round, in the store (tables and columns of ``0004_miner_flow.sql``;
+``miners.delta_hash`` of ``0010_scoring_outbox.sql``).
 
 Plain functions of a ``sqlite3.Connection`` for the DB runner, used by
 :mod:`hypertrain.coordinator.flows.miner` (the decisions) and by the round view:
 
 - :class:`MinerRow` / :func:`get_miner` / :func:`miner_details`: a miner's row of one round with
-  its stored Accept, Commit, Receipt and DeltaManifest envelopes (canonical JSON text);
+  its stored Accept, Commit, Receipt and DeltaManifest envelopes (canonical JSON text) and its
+  uploaded delta's hash (:attr:`MinerRow.delta_hash`, a column: the one way to read it);
 - :func:`set_accepted`, :func:`set_committed`, :func:`set_uploaded`: the status changes;
 - :func:`get_leaves_root` / :func:`insert_leaves`: posted leaf preimages;
 - :class:`GrantRow` / :func:`insert_grant` / :func:`get_grant`: upload grants;
@@ -42,7 +44,7 @@ __all__ = [
 
 _MINER_COLUMNS: Final = (
     "hotkey, slot, status, accept_envelope, commit_envelope, receipt, received_round,"
-    " delta_manifest"
+    " delta_manifest, delta_hash"
 )
 
 
@@ -62,6 +64,9 @@ class MinerRow:
     receipt: str | None
     received_round: int | None
     delta_manifest: str | None
+    delta_hash: str | None
+    """The uploaded delta's sha256 (the DeltaManifest's ``delta_hash``, stored in its own column
+    with the manifest): set exactly when the status is UPLOADED, None before."""
 
     def commit_body(self) -> dict[str, Any]:
         """The stored Commit body (call only once committed)."""
@@ -136,13 +141,15 @@ def set_committed(
     )
 
 
-def set_uploaded(conn: sqlite3.Connection, run_id: str, w: int, hotkey: str, env: str) -> None:
-    """COMMITTED -> UPLOADED with the DeltaManifest envelope."""
+def set_uploaded(
+    conn: sqlite3.Connection, run_id: str, w: int, hotkey: str, *, env: str, delta_hash: str
+) -> None:
+    """COMMITTED -> UPLOADED with the DeltaManifest envelope and its ``delta_hash``."""
     _update(
         conn,
-        "UPDATE miners SET status = 'UPLOADED', delta_manifest = ?"
+        "UPDATE miners SET status = 'UPLOADED', delta_manifest = ?, delta_hash = ?"
         " WHERE run_id = ? AND w = ? AND hotkey = ?",
-        (env, run_id, w, hotkey),
+        (env, delta_hash, run_id, w, hotkey),
     )
 
 
