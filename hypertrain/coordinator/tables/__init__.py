@@ -6,7 +6,7 @@
 ``rounds``    ``rounds`` (and each round's ``miners`` rows), the derived round states
 ``miners``    ``miners`` (what each miner posted), ``leaves``, ``upload_grants``,
               ``round_states`` (published start states)
-``scoring``   ``scoring_inputs``: a run's shared scoring objects
+``scoring``   ``scoring_inputs`` (a run's shared scoring objects), ``scoring_outbox``
 ``private``   ``private_objects``: objects served to the admin only
 ============  =================================================================
 """
