@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, ParamSpec, TypeVar
 
 import attrs
 import httpx
@@ -71,10 +71,14 @@ __all__ = [
     "RoundStatus",
 ]
 
+T = TypeVar("T")
+P = ParamSpec("P")
+
 DRIVER_VERSION: Final = "cpu"
 Hook = Callable[[str, int], None]
-Prepare = Callable[[Sequence[int], int], Awaitable[None]]
 """``(point, w)``: called at each phase boundary and inner ``step`` (a test hook)."""
+Prepare = Callable[[Sequence[int], int], Awaitable[None]]
+"""``(sample ids, D)``: makes the samples available before training (the remote dataset)."""
 
 
 class RoundStatus(enum.StrEnum):
@@ -326,7 +330,7 @@ class RoundRunner:
 
     # -- commit and after ------------------------------------------------------------------
 
-    async def _retry(self, call: Callable[[], Any]) -> Any:
+    async def _retry(self, call: Callable[[], Awaitable[T]]) -> T:
         for attempt in range(self.settings.post_attempts):
             try:
                 return await call()
@@ -404,7 +408,9 @@ class RoundRunner:
         await self._guarded(w, "DeltaManifest", self.client.post_delta, self.run_id, envelope)
         self._record(w, "manifest_posted")
 
-    async def _guarded(self, w: int, what: str, fn: Callable[..., Any], *a: Any, **k: Any) -> Any:
+    async def _guarded(
+        self, w: int, what: str, fn: Callable[P, Awaitable[T]], *a: P.args, **k: P.kwargs
+    ) -> T:
         """Call with retries; a 409 (window closed, not COMMITTED) aborts the round."""
         try:
             return await self._retry(lambda: fn(*a, **k))
