@@ -33,6 +33,7 @@ from hypertrain.beacon.clock import BeaconClock
 from hypertrain.beacon.errors import SinkAuthError, SinkRefused, SinkUnavailable, TokenFileError
 from hypertrain.beacon.ingest import ingest_round, latest_round
 from hypertrain.beacon.relays import USER_AGENT
+from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import ProtocolError
 from hypertrain.store import Database
 from nurseries import WallClock
@@ -152,7 +153,7 @@ class HttpSink:
             "POST",
             "/v1/admin/beacon",
             what,
-            content=json.dumps(rnd.to_json()).encode(),
+            content=json.dumps(unstructure(rnd)).encode(),
             headers={"authorization": f"Bearer {token}", "content-type": "application/json"},
         )
         return _int_field(response, "latest", what)
