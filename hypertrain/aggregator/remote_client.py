@@ -148,8 +148,8 @@ class AggregatorClient:
         response = await self._send(method, path, **kwargs)
         try:
             return response.json()
-        except ValueError:
-            raise DaemonUnreachable(f"{method} {path}: the answer is not JSON") from None
+        except ValueError as e:
+            raise DaemonUnreachable(f"{method} {path}: the answer is not JSON") from e
 
     async def run_view(self, run_id: str) -> dict[str, Any]:
         """``GET /v1/runs/{id}``."""

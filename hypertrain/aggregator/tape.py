@@ -244,8 +244,8 @@ def _real(value: object, what: str) -> str:
         return value
     try:
         number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise Malformed(f"tape: {what} is not a real number: {value!r:.40}") from None
+    except (TypeError, ValueError) as e:
+        raise Malformed(f"tape: {what} is not a real number: {value!r:.40}") from e
     return f32_hex(number)
 
 
@@ -285,7 +285,7 @@ def build_tape_body(
             for flag in result.copy_flags
         )
     except FieldError as e:
-        raise SchemaError(f"TapeBody: {e}") from None
+        raise SchemaError(f"TapeBody: {e}") from e
     state = result.state_out
     try:
         return TapeBody(
@@ -311,7 +311,7 @@ def build_tape_body(
             center_hash=state.center_hash(),
         )
     except FieldError as e:
-        raise SchemaError(f"TapeBody: {e}") from None
+        raise SchemaError(f"TapeBody: {e}") from e
 
 
 def seal_tape(keypair: Keypair, body: TapeBody) -> SignedTape:

@@ -259,7 +259,7 @@ def _read_params(path: Path) -> dict[str, Any]:
     try:
         data: object = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise LocalChainError(f"{path}: cannot read local chain parameters ({e})") from None
+        raise LocalChainError(f"{path}: cannot read local chain parameters ({e})") from e
     if (
         isinstance(data, dict)
         and data.get("v") == _PARAMS_VERSION

@@ -77,7 +77,7 @@ def read_token(path: Path) -> str:
         with open(path, "rb") as f:
             data = f.read(MAX_TOKEN_FILE_BYTES + 1)
     except OSError as e:
-        raise TokenFileError(f"admin token file {path}: cannot read ({e.strerror})") from None
+        raise TokenFileError(f"admin token file {path}: cannot read ({e.strerror})") from e
     if len(data) > MAX_TOKEN_FILE_BYTES:
         raise TokenFileError(f"admin token file {path}: longer than {MAX_TOKEN_FILE_BYTES} bytes")
     try:
@@ -176,7 +176,7 @@ class HttpSink:
                 timeout=self._timeout,
             )
         except httpx.TransportError as e:
-            raise SinkUnavailable(f"{what}: {type(e).__name__}: {str(e) or 'no detail'}") from None
+            raise SinkUnavailable(f"{what}: {type(e).__name__}: {str(e) or 'no detail'}") from e
         _check_status(response, what)
         return response
 
