@@ -12,7 +12,8 @@ Everything here reads the daemon's JSON answers (spec 9) and returns values; no 
 - :func:`round_open_body`: RoundOpen(w + 1) as the daemon builds it: the server's
   ``next_round_template`` plus ``prev_final_hash = theta_hash = TH(theta')`` and the new
   state's ``outer_state_hash`` and ``center_hash``;
-- :class:`MergeReport`: the one JSON line printed per merged round.
+- :class:`MergeReport`: the one JSON line printed per merged round (the converter's JSON:
+  ``{w, tape_key, theta_hash, update_norm, clipped, opened}``, and ``note`` when there is one).
 """
 
 from __future__ import annotations
@@ -157,16 +158,3 @@ class MergeReport:
             opened,
             note,
         )
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "w": self.w,
-            "tape_key": self.tape_key,
-            "theta_hash": self.theta_hash,
-            "update_norm": self.update_norm,
-            "clipped": self.clipped,
-            "opened": self.opened,
-        }
-        if self.note is not None:
-            out["note"] = self.note
-        return out

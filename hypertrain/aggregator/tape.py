@@ -224,10 +224,6 @@ class TapeBody:
         if both:
             raise FieldError("excluded", f"{both[0]} is also an input")
 
-    def to_json(self) -> dict[str, Any]:
-        """The JSON-ready body (what is signed)."""
-        return unstructure(self)
-
 
 @frozen
 class SignedTape:
@@ -236,10 +232,6 @@ class SignedTape:
     body: TapeBody = field(validator=instance_of(TapeBody))
     signer: str = field(validator=ss58)
     sig: str = field(validator=sig_hex)
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON-ready signed tape (what is stored under :func:`tape_key`)."""
-        return unstructure(self)
 
 
 def _real(value: object, what: str) -> str:
@@ -252,8 +244,8 @@ def _real(value: object, what: str) -> str:
         return value
     try:
         number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise Malformed(f"tape: {what} is not a real number: {value!r:.40}") from None
+    except (TypeError, ValueError) as e:
+        raise Malformed(f"tape: {what} is not a real number: {value!r:.40}") from e
     return f32_hex(number)
 
 
@@ -293,7 +285,7 @@ def build_tape_body(
             for flag in result.copy_flags
         )
     except FieldError as e:
-        raise SchemaError(f"TapeBody: {e}") from None
+        raise SchemaError(f"TapeBody: {e}") from e
     state = result.state_out
     try:
         return TapeBody(
@@ -319,12 +311,12 @@ def build_tape_body(
             center_hash=state.center_hash(),
         )
     except FieldError as e:
-        raise SchemaError(f"TapeBody: {e}") from None
+        raise SchemaError(f"TapeBody: {e}") from e
 
 
 def seal_tape(keypair: Keypair, body: TapeBody) -> SignedTape:
     """Sign ``body`` over its EventTape bytes (module docstring)."""
-    message = event_tape_signed_bytes(body.to_json(), body.run_id)
+    message = event_tape_signed_bytes(unstructure(body), body.run_id)
     return SignedTape(body=body, signer=keypair.ss58, sig=keypair.sign(message).hex())
 
 
@@ -335,7 +327,7 @@ def tape_key(signed: SignedTape) -> str:
 
 def tape_bytes(signed: SignedTape) -> bytes:
     """``JCS(signed tape)``: the bytes stored under :func:`tape_key`."""
-    return canonical_json(signed.to_json())
+    return canonical_json(unstructure(signed))
 
 
 def parse_signed_tape(data: bytes | str | Mapping[str, Any]) -> SignedTape:
@@ -357,6 +349,6 @@ def verify_tape(signed: SignedTape, *, coord_ss58: str) -> None:
         raise UnauthorizedSigner(
             f"tape: signed by {signed.signer}, only the coordinator {coord_ss58} may seal tapes"
         )
-    message = event_tape_signed_bytes(signed.body.to_json(), signed.body.run_id)
+    message = event_tape_signed_bytes(unstructure(signed.body), signed.body.run_id)
     if not verify_signature(ss58_public_key(signed.signer), message, bytes.fromhex(signed.sig)):
         raise SignatureError(f"tape: signature by {signed.signer} does not verify")

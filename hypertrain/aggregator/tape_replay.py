@@ -158,7 +158,7 @@ def replay_tape(
         {item.id: item.object for item in body.inputs},
         body.excluded,
     )
-    _compare("", expected.to_json(), body.to_json())
+    _compare("", unstructure(expected), unstructure(body))
     return ReplayReport(
         tape_key=tape_key(signed),
         run_id=body.run_id,

@@ -8,8 +8,9 @@ sub-second periods of local development chains included::
 
 The JSON shapes are drand's HTTP API: ``/info`` gives
 ``{public_key, period, genesis_time, hash, groupHash, schemeID, metadata: {beaconID}}`` and
-``/public/{round}`` gives ``{round, signature, randomness}``. Parsing is strict: a wrong type or
-a malformed hex string is :class:`Malformed`, never an exception from deeper down.
+``/public/{round}`` gives ``{round, signature, randomness}`` (written with
+``protocol.converter.unstructure``). Parsing is strict: a wrong type or a malformed hex string is
+:class:`Malformed`, never an exception from deeper down; keys drand adds are ignored.
 """
 
 from __future__ import annotations
@@ -111,7 +112,13 @@ class ChainInfo:
         return (self.genesis_ms + (round_ - 1) * self.period_ms) / 1000
 
     def to_json(self) -> dict[str, Any]:
-        """The drand ``/info`` JSON of this chain."""
+        """The drand ``/info`` JSON of this chain.
+
+        Written (and parsed) here, not by the converter: the JSON gives ``period`` and
+        ``genesis_time`` in seconds (an int, or a float with millisecond precision) where the
+        class keeps integer milliseconds, uses drand's names (``groupHash``, ``schemeID``,
+        ``metadata.beaconID``), and relays add keys of their own that parsing ignores.
+        """
         return {
             "public_key": self.public_key,
             "period": _seconds_json(self.period_ms),
@@ -184,14 +191,13 @@ class BeaconRound:
     def signature_bytes(self) -> bytes:
         return bytes.fromhex(self.signature)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"round": self.round, "signature": self.signature, "randomness": self.randomness}
-
     @classmethod
     def from_json(cls, data: object) -> BeaconRound:
         """Parse ``{round, signature, randomness}``; relays' extra keys are ignored.
 
-        Only the shape is checked here; whether the round is genuine is the verifier's job.
+        Only the shape is checked here; whether the round is genuine is the verifier's job. The
+        strict converter does not parse this (drand's answers carry keys of their own, which it
+        would refuse); it does write it: ``unstructure(rnd)`` is the same three keys.
         """
         if not isinstance(data, Mapping):
             raise Malformed("beacon round: expected a JSON object")

@@ -38,6 +38,7 @@ import trio
 from hypertrain.beacon.bls import LocalSigner, local_chain_hash
 from hypertrain.beacon.chain import SCHEME_UNCHAINED_G1, BeaconRound, ChainInfo
 from hypertrain.beacon.errors import BeaconUnavailable
+from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import HypertrainError, NotFound
 from hypertrain.protocol.keys import load_seed, write_seed_file
 from nurseries import ASGIApp, WallClock
@@ -258,7 +259,7 @@ def _read_params(path: Path) -> dict[str, Any]:
     try:
         data: object = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise LocalChainError(f"{path}: cannot read local chain parameters ({e})") from None
+        raise LocalChainError(f"{path}: cannot read local chain parameters ({e})") from e
     if (
         isinstance(data, dict)
         and data.get("v") == _PARAMS_VERSION
@@ -336,7 +337,7 @@ def _public(chain: LocalChain, which: str) -> dict[str, Any]:
         latest = chain.latest()
         if latest is None:
             raise NotFound(f"no round yet: genesis is at {chain.info.genesis_time:.3f}")
-        return latest.to_json()
+        return unstructure(latest)
     if not which.isascii() or not which.isdigit() or len(which) > 20:
         raise NotFound(f"bad round number {which!r}")
-    return chain.round(int(which)).to_json()
+    return unstructure(chain.round(int(which)))

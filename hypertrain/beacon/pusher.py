@@ -13,6 +13,9 @@ Each tick (on absolute Trio time, ``nurseries.periodic``; late ticks are skipped
    ``{"pushed": [...], "latest": n, "known": n}`` (a failed tick adds ``error`` and
    ``failures``).
 
+:meth:`Pusher.run` reports, once its first tick is done, the round D it starts from (the newest
+round the sink holds) through ``task_status.started``.
+
 Relay failures (:class:`BeaconUnavailable`, disagreements included), sink failures worth a retry
 (:class:`SinkUnavailable`) and a tick over ``tick_timeout`` make a *failed* tick; after
 ``max_failures`` failed ticks in a row the service raises :class:`PusherGaveUp`. A sink that
@@ -24,7 +27,7 @@ refuses a round for good (:class:`SinkRefused`: 409, 400, 401/403) or an unusabl
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 import attrs
 import trio
@@ -75,7 +78,11 @@ def rounds_to_push(known: int, latest: int, catch_up: int) -> range:
 
 @attrs.frozen
 class TickRecord:
-    """What one tick did. ``latest``/``known`` are None when the tick failed before learning."""
+    """What one tick did. ``latest``/``known`` are None when the tick failed before learning.
+
+    Its JSON (the converter's, defaults omitted) is ``{"pushed", "latest", "known"}``, plus
+    ``error`` and ``failures`` for a failed tick.
+    """
 
     pushed: tuple[int, ...]
     latest: int | None
@@ -89,17 +96,10 @@ class TickRecord:
         """Whether the tick succeeded."""
         return self.error is None
 
-    def to_json(self) -> dict[str, Any]:
-        """``{"pushed", "latest", "known"}``, plus ``error`` and ``failures`` when failed."""
-        data: dict[str, Any] = {
-            "pushed": list(self.pushed),
-            "latest": self.latest,
-            "known": self.known,
-        }
-        if self.error is not None:
-            data["error"] = self.error
-            data["failures"] = self.failures
-        return data
+    @property
+    def held(self) -> int | None:
+        """D after the tick: the newest round the sink holds (None if it was never asked)."""
+        return self.pushed[-1] if self.pushed else self.known
 
 
 @attrs.frozen
@@ -145,9 +145,11 @@ class Pusher:
         self._idle: trio.CancelScope | None = None
 
     async def run(
-        self, *, task_status: trio.TaskStatus[TickRecord] = trio.TASK_STATUS_IGNORED
+        self, *, task_status: trio.TaskStatus[int | None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Tick every ``interval``; reports the first tick's record through ``task_status``.
+        """Tick every ``interval``; after the first tick, ``task_status.started(D)`` with D the
+        round the pusher starts from: the newest round the sink holds then (None when that tick
+        failed before the sink answered; the next ticks retry).
 
         Runs until cancelled or, after :meth:`request_stop`, until the tick in flight (if any)
         is done. Raises :class:`PusherGaveUp` after ``max_failures`` failed ticks in a row, and
@@ -163,7 +165,7 @@ class Pusher:
                 break
             record = await self.tick()
             if not started:
-                task_status.started(record)
+                task_status.started(record.held)
                 started = True
             if record.failures >= self._max_failures:
                 raise PusherGaveUp(f"{record.failures} ticks failed in a row; last: {record.error}")

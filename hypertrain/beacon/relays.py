@@ -260,8 +260,8 @@ class RelayClient:
                         )
         except httpx.TransportError as e:
             reason = f"{type(e).__name__}: {str(e) or 'no detail'}"
-            raise _RelayFailed(reason, retry=True) from None
+            raise _RelayFailed(reason, retry=True) from e
         try:
             return json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            raise _RelayFailed("answer is not JSON", retry=False) from None
+        except (ValueError, UnicodeDecodeError) as e:
+            raise _RelayFailed("answer is not JSON", retry=False) from e

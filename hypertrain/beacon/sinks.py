@@ -33,6 +33,7 @@ from hypertrain.beacon.clock import BeaconClock
 from hypertrain.beacon.errors import SinkAuthError, SinkRefused, SinkUnavailable, TokenFileError
 from hypertrain.beacon.ingest import ingest_round, latest_round
 from hypertrain.beacon.relays import USER_AGENT
+from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import ProtocolError
 from hypertrain.store import Database
 from nurseries import WallClock
@@ -76,7 +77,7 @@ def read_token(path: Path) -> str:
         with open(path, "rb") as f:
             data = f.read(MAX_TOKEN_FILE_BYTES + 1)
     except OSError as e:
-        raise TokenFileError(f"admin token file {path}: cannot read ({e.strerror})") from None
+        raise TokenFileError(f"admin token file {path}: cannot read ({e.strerror})") from e
     if len(data) > MAX_TOKEN_FILE_BYTES:
         raise TokenFileError(f"admin token file {path}: longer than {MAX_TOKEN_FILE_BYTES} bytes")
     try:
@@ -152,7 +153,7 @@ class HttpSink:
             "POST",
             "/v1/admin/beacon",
             what,
-            content=json.dumps(rnd.to_json()).encode(),
+            content=json.dumps(unstructure(rnd)).encode(),
             headers={"authorization": f"Bearer {token}", "content-type": "application/json"},
         )
         return _int_field(response, "latest", what)
@@ -175,7 +176,7 @@ class HttpSink:
                 timeout=self._timeout,
             )
         except httpx.TransportError as e:
-            raise SinkUnavailable(f"{what}: {type(e).__name__}: {str(e) or 'no detail'}") from None
+            raise SinkUnavailable(f"{what}: {type(e).__name__}: {str(e) or 'no detail'}") from e
         _check_status(response, what)
         return response
 

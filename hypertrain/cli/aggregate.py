@@ -45,6 +45,7 @@ from hypertrain.cli.common import (
     hex64_arg,
     print_json,
 )
+from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import KeyfileError, ProtocolError
 from hypertrain.protocol.keys import load_keypair
 from hypertrain.protocol.tokens import MAX_TOKEN_FILE_BYTES, token_in
@@ -81,7 +82,7 @@ def _api_arg(value: str) -> str:
 
 
 def _report(report: MergeReport) -> None:
-    print_json(report.to_json())
+    print_json(unstructure(report))
     sys.stdout.flush()
 
 

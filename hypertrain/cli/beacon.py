@@ -50,6 +50,7 @@ from hypertrain.cli.common import (
     print_json,
     read_json,
 )
+from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import Malformed
 from nurseries import (
     DEFAULT_SHUTDOWN_SIGNALS,
@@ -133,7 +134,7 @@ async def push_main(
         interval=options.interval,
         catch_up=options.catch_up,
         max_failures=options.max_failures,
-        report=lambda record: emit(record.to_json()),
+        report=lambda record: emit(unstructure(record)),
     )
     failed_once: list[str] = []
 

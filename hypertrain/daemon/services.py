@@ -35,6 +35,7 @@ from hypertrain.coordinator.services.heldout import HeldoutService
 from hypertrain.coordinator.services.reaper import LeaseReaper
 from hypertrain.coordinator.web.app import AppParts
 from hypertrain.daemon.settings import DaemonSettings
+from hypertrain.protocol.converter import unstructure
 from hypertrain.scoring.outcome import ScoreOutcome
 from hypertrain.scoring.registry import Challenge
 from hypertrain.scoring.sandbox import run_scorer, score_inline
@@ -97,9 +98,9 @@ class ServiceSpec:
 
 def _report_tick(record: TickRecord) -> None:
     if record.ok:
-        log.debug("beacon tick: %s", record.to_json())
+        log.debug("beacon tick: %s", unstructure(record))
     else:
-        log.warning("beacon tick failed: %s", record.to_json())
+        log.warning("beacon tick failed: %s", unstructure(record))
 
 
 def beacon_service(parts: DaemonParts) -> ServiceFn:

@@ -3,9 +3,11 @@
 Importing this package does not import torch: the modules that do (``training``,
 ``trainstep``) are imported lazily, after ``trainer.determinism.configure``.
 
+- :mod:`~hypertrain.miner.errors`: the miner's one error tree and the exit status of each;
 - :mod:`~hypertrain.miner.config`: ``miner.toml`` and ``HYPERTRAIN_MINER_*`` overrides;
 - :mod:`~hypertrain.miner.journal`: the fsynced restart journal and durable writes;
 - :mod:`~hypertrain.miner.artifacts`: per-round files under ``workdir/rounds/{w}``;
+- :mod:`~hypertrain.miner.answers`: the coordinator's answers the miner reads, typed;
 - :mod:`~hypertrain.miner.client`: the HTTP calls (injectable transport, named timeouts);
 - :mod:`~hypertrain.miner.startstate`: round start states, TH-checked;
 - :mod:`~hypertrain.miner.round`: the per-round state machine;
@@ -15,28 +17,34 @@ Importing this package does not import torch: the modules that do (``training``,
 - :mod:`~hypertrain.miner.main`: the command line.
 """
 
-from hypertrain.miner.client import ApiError, ClientTimeouts, CoordinatorClient
-from hypertrain.miner.config import ConfigError, MinerConfig, load_config
+from hypertrain.miner.client import ClientTimeouts, CoordinatorClient
+from hypertrain.miner.config import MinerConfig, load_config
+from hypertrain.miner.errors import (
+    ApiError,
+    ConfigError,
+    DataFetchError,
+    MinerError,
+    MinerFatal,
+    MinerProtocolError,
+    StartStateError,
+    UploadRefused,
+)
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.journal import Journal, write_durable
 from hypertrain.miner.progress import Progress
-from hypertrain.miner.round import (
-    MinerProtocolError,
-    RoundOutcome,
-    RoundRunner,
-    RoundSettings,
-    RoundStatus,
-)
-from hypertrain.miner.session import MinerFatal, Summary, run_miner
+from hypertrain.miner.round import RoundOutcome, RoundRunner, RoundSettings, RoundStatus
+from hypertrain.miner.session import Summary, run_miner
 
 __all__ = [
     "ApiError",
     "ClientTimeouts",
     "ConfigError",
     "CoordinatorClient",
+    "DataFetchError",
     "HoneypotMode",
     "Journal",
     "MinerConfig",
+    "MinerError",
     "MinerFatal",
     "MinerProtocolError",
     "Progress",
@@ -44,7 +52,9 @@ __all__ = [
     "RoundRunner",
     "RoundSettings",
     "RoundStatus",
+    "StartStateError",
     "Summary",
+    "UploadRefused",
     "load_config",
     "run_miner",
     "write_durable",

@@ -2,8 +2,12 @@
 
 One :class:`httpx.AsyncClient` with explicit :class:`ClientTimeouts` and an injectable transport
 (tests pass :class:`httpx.MockTransport` or an in-process ASGI transport). Non-2xx answers raise
-:class:`ApiError` carrying the status, the ``detail`` and the decoded body, except where a route's
-contract makes a status part of the answer (404 of the round view, 409 of a duplicate Commit).
+:class:`~hypertrain.miner.errors.ApiError` carrying the status, the ``detail`` and the decoded
+body, except where a route's contract makes a status part of the answer (404 of the round view,
+409 of a duplicate Commit). The answers the miner reads come back as the classes of
+:mod:`hypertrain.miner.answers`; one missing a field the miner reads, or with a field of the
+wrong type, raises :class:`~hypertrain.miner.errors.MinerProtocolError` naming it. The answers
+of Accept and DeltaManifest are not read (their 2xx is the answer).
 """
 
 from __future__ import annotations
@@ -11,12 +15,25 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import attrs
 import httpx
 
+from hypertrain.miner.answers import (
+    AlreadyCommitted,
+    Committed,
+    DatasetInfo,
+    LeavesAccepted,
+    RoundView,
+    RunInfo,
+    RunListing,
+    RunsList,
+    UploadGrant,
+    read_answer,
+)
+from hypertrain.miner.errors import ApiError, UploadRefused
 from hypertrain.protocol.envelope import Envelope
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.object_auth import sign_headers
@@ -24,12 +41,13 @@ from hypertrain.protocol.object_auth import sign_headers
 __all__ = [
     "DEFAULT_TIMEOUTS",
     "OBJECT_AUTH_TTL_ROUNDS",
-    "ApiError",
     "ClientTimeouts",
     "CoordinatorClient",
-    "UploadRefused",
+    "check_upload_url",
     "object_auth_headers",
 ]
+
+T = TypeVar("T")
 
 OBJECT_AUTH_TTL_ROUNDS: Final = 100
 """How many beacon rounds a signed object request stays valid."""
@@ -51,20 +69,6 @@ class ClientTimeouts:
 
 
 DEFAULT_TIMEOUTS: Final = ClientTimeouts()
-
-
-class ApiError(Exception):
-    """A non-2xx answer: ``status``, the ``detail`` string and the parsed JSON ``body``."""
-
-    def __init__(self, method: str, path: str, status: int, body: Any) -> None:
-        detail = body.get("detail") if isinstance(body, dict) else None
-        self.status, self.body = status, body
-        self.detail = str(detail) if detail is not None else str(body)[:200]
-        super().__init__(f"{method} {path}: HTTP {status}: {self.detail}")
-
-
-class UploadRefused(Exception):
-    """An upload URL the miner will not use (not https, loopback http or allowed file://)."""
 
 
 def object_auth_headers(keypair: Keypair, run_id: str, sha256: str, exp: int) -> dict[str, str]:
@@ -131,58 +135,59 @@ class CoordinatorClient:
             return response.status_code, body
         raise ApiError(method, path, response.status_code, body)
 
-    async def list_runs(self) -> list[dict[str, Any]]:
-        _, body = await self._request("GET", "/v1/runs")
-        return list(body["runs"])
+    async def _read(self, cls: type[T], method: str, path: str, **kwargs: Any) -> T:
+        """The 2xx answer of ``method path`` as a ``cls`` (module docstring)."""
+        _, body = await self._request(method, path, **kwargs)
+        return read_answer(cls, body, f"{method} {path}")
 
-    async def get_run(self, run_id: str) -> dict[str, Any]:
-        _, body = await self._request("GET", f"/v1/runs/{run_id}")
-        return dict(body)
+    async def list_runs(self) -> tuple[RunListing, ...]:
+        return (await self._read(RunsList, "GET", "/v1/runs")).runs
 
-    async def dataset(self, run_id: str) -> dict[str, Any]:
+    async def get_run(self, run_id: str) -> RunInfo:
+        return await self._read(RunInfo, "GET", f"/v1/runs/{run_id}")
+
+    async def dataset(self, run_id: str) -> DatasetInfo:
         """``GET /v1/runs/{id}/dataset``: the run's registered dataset (404 when none)."""
-        _, body = await self._request("GET", f"/v1/runs/{run_id}/dataset")
-        return dict(body)
+        return await self._read(DatasetInfo, "GET", f"/v1/runs/{run_id}/dataset")
 
-    async def beacon_latest(self) -> int:
-        _, body = await self._request("GET", "/v1/beacon/latest")
-        return int(body["round"])
-
-    async def round_view(self, run_id: str, w: int) -> dict[str, Any] | None:
+    async def round_view(self, run_id: str, w: int) -> RoundView | None:
         """The round view, or None while round ``w`` is not opened (404)."""
-        status, body = await self._request(
-            "GET", f"/v1/runs/{run_id}/rounds/{w}", ok_statuses=(404,)
-        )
-        return None if status == 404 else dict(body)
+        path = f"/v1/runs/{run_id}/rounds/{w}"
+        status, body = await self._request("GET", path, ok_statuses=(404,))
+        return None if status == 404 else read_answer(RoundView, body, f"GET {path}")
 
-    async def accept(self, run_id: str, envelope: Envelope) -> dict[str, Any]:
-        _, body = await self._request("POST", f"/v1/runs/{run_id}/accept", json=envelope.to_json())
-        return dict(body)
+    async def accept(self, run_id: str, envelope: Envelope) -> None:
+        await self._request("POST", f"/v1/runs/{run_id}/accept", json=envelope.to_json())
 
-    async def commit(self, run_id: str, envelope: Envelope) -> tuple[str | None, dict[str, Any]]:
-        """``(status, receipt envelope)``; a duplicate's 409 gives ``(None, stored receipt)``."""
+    async def commit(self, run_id: str, envelope: Envelope) -> Committed | AlreadyCommitted:
+        """The status and Receipt; a duplicate's 409 gives the stored Receipt.
+
+        A 409 without a ``receipt`` is a refusal (ApiError), not a duplicate.
+        """
         path = f"/v1/runs/{run_id}/commit"
         status, body = await self._request(
             "POST", path, json=envelope.to_json(), ok_statuses=(409,)
         )
-        if status == 409:
-            if not isinstance(body, dict) or not isinstance(body.get("receipt"), dict):
-                raise ApiError("POST", path, status, body)
-            return None, dict(body["receipt"])
-        return str(body["status"]), dict(body["receipt"])
+        if status != 409:
+            return read_answer(Committed, body, f"POST {path}")
+        if not isinstance(body, dict) or "receipt" not in body:
+            raise ApiError("POST", path, status, body)
+        return read_answer(AlreadyCommitted, body, f"POST {path} (409)")
 
-    async def post_leaves(self, run_id: str, payload: Mapping[str, Any]) -> dict[str, Any]:
-        _, body = await self._request("POST", f"/v1/runs/{run_id}/leaves", json=dict(payload))
-        return dict(body)
+    async def post_leaves(self, run_id: str, payload: Mapping[str, Any]) -> LeavesAccepted:
+        return await self._read(
+            LeavesAccepted, "POST", f"/v1/runs/{run_id}/leaves", json=dict(payload)
+        )
 
     async def upload_grant(self, run_id: str, w: int, hotkey: str, sha256: str) -> str:
         """The absolute URL to PUT the payload to."""
-        _, body = await self._request(
+        grant = await self._read(
+            UploadGrant,
             "POST",
             f"/v1/runs/{run_id}/uploads",
             json={"w": w, "hotkey": hotkey, "sha256": sha256},
         )
-        return urljoin(self.api + "/", str(body["url"]))
+        return urljoin(self.api + "/", grant.url)
 
     async def put_payload(self, url: str, data: bytes, *, allow_file: bool) -> None:
         """PUT ``data`` to a granted URL (or write it, for an allowed file:// URL)."""
@@ -192,9 +197,8 @@ class CoordinatorClient:
             return
         await self._request("PUT", url, content=data, timeout=self.timeouts.httpx(upload=True))
 
-    async def post_delta(self, run_id: str, envelope: Envelope) -> dict[str, Any]:
-        _, body = await self._request("POST", f"/v1/runs/{run_id}/delta", json=envelope.to_json())
-        return dict(body)
+    async def post_delta(self, run_id: str, envelope: Envelope) -> None:
+        await self._request("POST", f"/v1/runs/{run_id}/delta", json=envelope.to_json())
 
     async def get_object(self, keypair: Keypair, run_id: str, sha256: str, now: int) -> bytes:
         """``GET /v1/objects/{sha256}`` with signed headers valid until ``now + TTL``."""

@@ -32,9 +32,10 @@ from typing import Any, Final
 
 import attrs
 
+from hypertrain.miner.errors import ConfigError
 from hypertrain.protocol.validators import is_hex64, is_image_digest, is_ss58_address
 
-__all__ = ["DEFAULT_CHUNK_BYTES", "ENV_PREFIX", "ConfigError", "MinerConfig", "load_config"]
+__all__ = ["DEFAULT_CHUNK_BYTES", "ENV_PREFIX", "MinerConfig", "load_config"]
 
 ENV_PREFIX: Final = "HYPERTRAIN_MINER_"
 DEFAULT_CHUNK_BYTES: Final = 64 << 20
@@ -55,10 +56,6 @@ _TYPES: Final[dict[str, type]] = {
     "state_source": str,
     "allow_file_upload": bool,
 }
-
-
-class ConfigError(Exception):
-    """A bad configuration file or override (the CLI exits 2 with this one line)."""
 
 
 @attrs.frozen
@@ -92,8 +89,8 @@ def _parse_env(key: str, text: str) -> object:
             return int(text)
         if kind is float:
             return float(text)
-    except ValueError:
-        raise ConfigError(f"{name}={text!r} is not a valid {kind.__name__}") from None
+    except ValueError as e:
+        raise ConfigError(f"{name}={text!r} is not a valid {kind.__name__}") from e
     return text
 
 
@@ -146,12 +143,12 @@ def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> M
     environ = os.environ if environ is None else environ
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
+    except FileNotFoundError as e:
+        raise ConfigError(f"{path}: no such config file") from e
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read ({e})") from None
+        raise ConfigError(f"{path}: cannot read ({e})") from e
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: invalid TOML ({e})") from None
+        raise ConfigError(f"{path}: invalid TOML ({e})") from e
     base = path.resolve().parent
     values: dict[str, Any] = {}
     for key, value in raw.items():

@@ -8,7 +8,7 @@ samples_per_shard) into ``<workdir>/dataset/`` in the build layout (``manifest.j
 
 - every fetched object is hash-checked before it is written; it goes to a temp file in the
   same directory, fsynced, then renamed into place (and the directory fsynced): a wrong answer
-  raises :class:`DataFetchError` and writes nothing;
+  raises :class:`~hypertrain.miner.errors.DataFetchError` and writes nothing;
 - the cache persists across rounds and restarts: a present file whose sha256 matches is not
   fetched again, a corrupt one is fetched again;
 - the manifest's ``dataset_spec()`` must equal the run manifest's ``dataset`` section and its
@@ -31,19 +31,17 @@ from hypertrain.datasets.errors import DatasetError
 from hypertrain.datasets.manifest import MANIFEST_FILE, TRAIN_PREFIX, DatasetManifest, load_record
 from hypertrain.datasets.reader import Dataset
 from hypertrain.datasets.shards import shard_name
-from hypertrain.miner.client import ApiError, CoordinatorClient
+from hypertrain.miner.answers import DatasetInfo
+from hypertrain.miner.client import CoordinatorClient
+from hypertrain.miner.errors import ApiError, DataFetchError
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import DatasetSpec, RunManifest
 
-__all__ = ["CACHE_DIR", "DataFetchError", "RemoteDataset", "needed_shards"]
+__all__ = ["CACHE_DIR", "RemoteDataset", "needed_shards"]
 
 CACHE_DIR: Final = "dataset"
 """The cache's directory under the miner's workdir."""
 _CHUNK: Final = 1 << 20
-
-
-class DataFetchError(Exception):
-    """The dataset cannot be fetched, or what was served is not what the run committed to."""
 
 
 def needed_shards(ids: Iterable[int], samples_per_shard: int) -> list[int]:
@@ -118,7 +116,7 @@ class RemoteDataset:
         try:
             data = await self.client.get_object(self.keypair, self.run_id, sha256, now)
         except ApiError as e:
-            raise DataFetchError(f"cannot fetch {path.name} ({sha256}): {e}") from None
+            raise DataFetchError(f"cannot fetch {path.name} ({sha256}): {e}") from e
         got = hashlib.sha256(data).hexdigest()
         if got != sha256:
             raise DataFetchError(
@@ -128,21 +126,22 @@ class RemoteDataset:
         self.fetched += 1
         _write_atomically(path, data)
 
-    async def _open(self, now: int) -> DatasetManifest:
+    async def _load_manifest(self, now: int) -> DatasetManifest:
+        """The run's dataset manifest, fetched (or found cached) and checked once."""
         if self._record is not None:
             return self._record
         try:
-            info: dict[str, Any] = await self.client.dataset(self.run_id)
+            info: DatasetInfo = await self.client.dataset(self.run_id)
         except ApiError as e:
-            raise DataFetchError(f"run {self.run_id}: no dataset to fetch: {e}") from None
+            raise DataFetchError(f"run {self.run_id}: no dataset to fetch: {e}") from e
         self.directory.mkdir(parents=True, exist_ok=True)
-        sha = str(info["manifest_sha256"])
+        sha = info.manifest_sha256
         await self._fetch(sha, self.directory / MANIFEST_FILE, now)
         try:
             record = load_record(DatasetManifest, self.directory / MANIFEST_FILE)
             record.check_counts()
         except DatasetError as e:
-            raise DataFetchError(f"dataset manifest {sha}: {e}") from None
+            raise DataFetchError(f"dataset manifest {sha}: {e}") from e
         _check_spec(record, self.manifest.dataset)
         if record.seq_len != self.manifest.model.seq_len:
             raise DataFetchError(
@@ -154,7 +153,7 @@ class RemoteDataset:
     async def ensure(self, ids: Iterable[int], now: int) -> None:
         """Fetch (or find cached) the manifest and the shards holding ``ids``; ``now`` is the
         beacon round the signed object requests are valid from."""
-        record = await self._open(now)
+        record = await self._load_manifest(now)
         for i in needed_shards(ids, record.samples_per_shard):
             if not 0 <= i < record.n_shards:
                 raise DataFetchError(f"sample ids past the dataset's {record.n_samples} samples")
@@ -164,7 +163,7 @@ class RemoteDataset:
             try:
                 self._dataset = Dataset.open(self.directory, lazy=True)
             except DatasetError as e:
-                raise DataFetchError(f"{self.directory}: {e}") from None
+                raise DataFetchError(f"{self.directory}: {e}") from e
 
     def samples(self, ids: Any) -> Any:
         """The samples ``ids`` (after :meth:`ensure` fetched their shards)."""

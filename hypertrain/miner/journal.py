@@ -7,7 +7,7 @@ appended with ``write`` + ``fsync``. Phases (in round order)::
     skipped | aborted       (terminal alternatives)
 
 A line cut short by a crash (no trailing newline, or not JSON) can only be the last one: it is
-ignored and truncated away when the journal is opened, so the next append starts a clean line.
+ignored and truncated away when the journal is loaded, so the next append starts a clean line.
 
 The rule that makes restarts safe: every artifact an event depends on is written with
 :func:`write_durable` (temporary file, fsync, rename, fsync of the directory) *before* the event
@@ -64,14 +64,14 @@ def write_durable(path: Path, data: bytes) -> None:
 
 
 class Journal:
-    """An append-only, fsynced JSONL event log; use :meth:`open`."""
+    """An append-only, fsynced JSONL event log; use :meth:`load`."""
 
     def __init__(self, path: Path, events: list[dict[str, Any]]) -> None:
         self.path = path
         self._events = events
 
     @classmethod
-    def open(cls, workdir: Path) -> Journal:
+    def load(cls, workdir: Path) -> Journal:
         """Load ``workdir/journal.jsonl`` (created if absent), dropping a torn last line."""
         workdir.mkdir(parents=True, exist_ok=True)
         path = workdir / JOURNAL_FILE

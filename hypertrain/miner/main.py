@@ -12,8 +12,9 @@ miner with ``PUT /v1/admin/runs/{id}/roster/{hotkey}`` (no public join route in 
 
 ``run`` prints one progress line per phase on stderr and a JSON summary on stdout. Exit status:
 0 every asked round reached UPLOADED; 1 otherwise (skipped, aborted, excluded, failed, a network
-failure, or interrupted by SIGINT/SIGTERM); 2 a config, key, dataset, determinism or protocol
-error (one line on stderr, no traceback). Torch is imported only once the manifest's
+failure or a 5xx answer, or interrupted by SIGINT/SIGTERM); 2 a config, key, dataset,
+determinism or protocol error (one line on stderr, no traceback). The error tree and the exit
+status of each error are :mod:`hypertrain.miner.errors`'. Torch is imported only once the manifest's
 ``reference_spec.env`` is applied.
 
 Test only: with ``HYPERTRAIN_TEST_MINER_PAUSE_AT=POINT`` in the environment, ``run`` writes
@@ -45,11 +46,11 @@ from hypertrain.cli.common import (
     exception_leaves,
     print_json,
 )
-from hypertrain.miner.client import ApiError
-from hypertrain.miner.config import ConfigError, load_config
+from hypertrain.miner.config import load_config
+from hypertrain.miner.errors import ApiError, ConfigError, MinerFatal
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.round import Hook
-from hypertrain.miner.session import MinerFatal, Summary, run_miner
+from hypertrain.miner.session import Summary, run_miner
 from hypertrain.protocol.errors import HypertrainError, KeyfileError
 from hypertrain.protocol.hashes import join_request_bytes
 from hypertrain.protocol.keys import load_keypair

@@ -1,6 +1,6 @@
 """One round of the miner (spec/protocol.md sections 1.3 steps 2-6, 5.4-5.6), restart-safe.
 
-:meth:`RoundRunner.run` drives round ``w`` through::
+:meth:`RoundRunner.mine_round` drives round ``w`` through::
 
     wait (D >= d_assign, bounded by d_commit) -> verify RoundOpen -> roster? (else SKIPPED)
     -> check assignment_hash -> Accept -> load start state -> train -> compress
@@ -12,31 +12,39 @@ commit is re-posted from ``commit.json`` (the 409 of a duplicate hands back the 
 training is never repeated once ``trained`` is recorded, and the upload is re-requested and
 re-PUT (the server is idempotent). ``hook(point, w)`` is called at each phase boundary and
 after each inner step (point ``step``); tests raise from it, or pause in it, to simulate a
-crash. Protocol violations by the coordinator raise :class:`MinerProtocolError` (the CLI exits
-2).
+crash. Protocol violations by the coordinator raise
+:class:`~hypertrain.miner.errors.MinerProtocolError` (the CLI exits 2); a round that ends early
+(skipped, aborted, excluded, failed) ends in its :class:`RoundOutcome`.
 """
 
 from __future__ import annotations
 
 import enum
 import hashlib
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, ParamSpec, TypeVar
 
 import attrs
 import httpx
 import trio
 
+from hypertrain.miner.answers import AlreadyCommitted, RoundView
 from hypertrain.miner.artifacts import RoundDir
-from hypertrain.miner.client import ApiError, CoordinatorClient, UploadRefused
+from hypertrain.miner.client import CoordinatorClient
 from hypertrain.miner.config import MinerConfig
-from hypertrain.miner.datacache import DataFetchError
+from hypertrain.miner.errors import (
+    ApiError,
+    DataFetchError,
+    MinerError,
+    MinerProtocolError,
+    UploadRefused,
+)
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.journal import Journal
 from hypertrain.miner.progress import Progress
 from hypertrain.miner.startstate import StartStateSource
 from hypertrain.protocol.converter import structure, unstructure
-from hypertrain.protocol.envelope import check_shape, seal, verify
+from hypertrain.protocol.envelope import Envelope, check_shape, seal, verify
 from hypertrain.protocol.errors import HypertrainError
 from hypertrain.protocol.jcs import body_digest
 from hypertrain.protocol.keys import Keypair
@@ -57,21 +65,20 @@ __all__ = [
     "DEFAULT_SETTINGS",
     "DRIVER_VERSION",
     "Hook",
-    "MinerProtocolError",
     "RoundOutcome",
     "RoundRunner",
     "RoundSettings",
     "RoundStatus",
 ]
 
+T = TypeVar("T")
+P = ParamSpec("P")
+
 DRIVER_VERSION: Final = "cpu"
 Hook = Callable[[str, int], None]
-Prepare = Callable[[Sequence[int], int], Awaitable[None]]
 """``(point, w)``: called at each phase boundary and inner ``step`` (a test hook)."""
-
-
-class MinerProtocolError(Exception):
-    """The coordinator broke the protocol (bad signature, assignment, receipt...): exit 2."""
+Prepare = Callable[[Sequence[int], int], Awaitable[None]]
+"""``(sample ids, D)``: makes the samples available before training (the remote dataset)."""
 
 
 class RoundStatus(enum.StrEnum):
@@ -86,14 +93,14 @@ class RoundStatus(enum.StrEnum):
 
 @attrs.frozen
 class RoundOutcome:
-    """The result of one round: its status and a one-line detail."""
+    """The result of one round: its status and a one-line detail (``""`` when none).
+
+    Its JSON (the converter's) is ``{"w", "status", "detail"}``, an item of the summary.
+    """
 
     w: int
     status: RoundStatus
-    detail: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"w": self.w, "status": self.status.value, "detail": self.detail}
+    detail: str
 
 
 @attrs.frozen
@@ -111,7 +118,9 @@ class RoundSettings:
 DEFAULT_SETTINGS: Final = RoundSettings()
 
 
-class _Abort(Exception):
+class _Abort(MinerError):
+    """Ends round ``w`` early with ``status``; :meth:`RoundRunner.mine_round` catches it."""
+
     def __init__(self, status: RoundStatus, detail: str) -> None:
         super().__init__(detail)
         self.status, self.detail = status, detail
@@ -145,8 +154,8 @@ class RoundRunner:
         self.progress.phase(w, phase, **extra)
         self._hook(phase, w)
 
-    async def run(self, w: int) -> RoundOutcome:
-        """Run round ``w`` to its end for this miner (module docstring)."""
+    async def mine_round(self, w: int) -> RoundOutcome:
+        """Take round ``w`` to its end for this miner (module docstring)."""
         done = self.journal.phases(w)
         if "manifest_posted" in done:
             return RoundOutcome(w, RoundStatus.UPLOADED, "already uploaded")
@@ -170,23 +179,23 @@ class RoundRunner:
         if "trained" not in done:
             await self._accept_and_train(w, rd, accepted="accepted" in done)
         round_open = structure(RoundOpen, rd.read_json("round_open.json"))
-        commit_env = rd.read_json("commit.json")
+        commit_env = check_shape(rd.read_json("commit.json"))
         if "committed" not in self.journal.phases(w):
             await self._commit(w, rd, round_open, commit_env)
         if self.journal.phases(w)["committed"].get("status") == RoundStatus.EXCLUDED:
             raise _Abort(RoundStatus.EXCLUDED, "commit received after d_audit")
-        commit = structure(Commit, commit_env["body"])
+        commit = structure(Commit, commit_env.body)
         if "leaves" not in self.journal.phases(w):
             await self._post_leaves(w, rd, commit)
         payload = rd.read_bytes("delta.bin")
         if "uploaded" not in self.journal.phases(w):
             await self._upload(w, commit, payload)
         await self._post_manifest(w, commit, payload, round_open)
-        return RoundOutcome(w, RoundStatus.UPLOADED)
+        return RoundOutcome(w, RoundStatus.UPLOADED, "")
 
     # -- waiting, verifying, accepting -----------------------------------------------------
 
-    def _coord_message(self, w: int, raw: object, type_name: str) -> Message:
+    def _coord_message(self, w: int, raw: Mapping[str, Any], type_name: str) -> Message:
         """The body of a K_coord envelope of ``type_name`` for this run; protocol error if not."""
         coord = self.manifest.coord_pubkey
         try:
@@ -196,16 +205,16 @@ class RoundRunner:
                 signer_allowed=lambda t, s: t == type_name and s == coord,
             )
         except HypertrainError as e:
-            raise MinerProtocolError(f"round {w}: {type_name} does not verify: {e}") from None
+            raise MinerProtocolError(f"round {w}: {type_name} does not verify: {e}") from e
         return verified.message
 
-    def _verify_round_open(self, w: int, raw: object) -> RoundOpen:
+    def _verify_round_open(self, w: int, raw: Mapping[str, Any]) -> RoundOpen:
         message = self._coord_message(w, raw, "RoundOpen")
         if not isinstance(message, RoundOpen) or message.w != w:
             raise MinerProtocolError(f"round {w}: the view's RoundOpen is not for round {w}")
         return message
 
-    async def _wait_assigned(self, w: int, accepted: bool) -> tuple[dict[str, Any], RoundOpen]:
+    async def _wait_assigned(self, w: int, accepted: bool) -> tuple[RoundView, RoundOpen]:
         """Poll the view until D >= d_assign with an assignment (and a start state for w > 0).
 
         Gives up (ABORTED) when D >= d_commit before accepting, when the round is never
@@ -221,8 +230,8 @@ class RoundRunner:
                 if trio.current_time() >= open_deadline:
                     raise _Abort(RoundStatus.ABORTED, "round was never opened")
             else:
-                ro = self._verify_round_open(w, view.get("round_open"))
-                now = int(view["now_round"])
+                ro = self._verify_round_open(w, view.round_open)
+                now = view.now_round
                 if deadline is None:
                     rounds_left = max(ro.d_commit - now, 0)
                     deadline = (
@@ -232,14 +241,14 @@ class RoundRunner:
                     )
                 if now >= ro.d_commit and not accepted:
                     raise _Abort(RoundStatus.ABORTED, f"D={now} >= d_commit before accepting")
-                assigned = now >= ro.d_assign and view.get("assignment") is not None
+                assigned = now >= ro.d_assign and view.assignment is not None
                 if assigned and self.state_source.ready(w, view):
                     return view, ro
                 if trio.current_time() >= deadline:
                     raise _Abort(RoundStatus.ABORTED, "beacon stalled before the assignment")
             await trio.sleep(self.config.poll_seconds)
 
-    async def _poll_view(self, w: int) -> dict[str, Any] | None:
+    async def _poll_view(self, w: int) -> RoundView | None:
         try:
             return await self.client.round_view(self.run_id, w)
         except (httpx.TransportError, httpx.TimeoutException) as e:
@@ -250,26 +259,27 @@ class RoundRunner:
             self.progress.phase(w, "poll-error", status=e.status)
         return None
 
-    def _my_assignment(self, w: int, view: dict[str, Any], ro: RoundOpen) -> Assignment:
+    def _my_assignment(self, w: int, view: RoundView, ro: RoundOpen) -> Assignment:
         hotkey = self.keypair.ss58
-        sig_hex = view.get("assignment_beacon_signature")
-        if not isinstance(sig_hex, str):
+        sig_hex = view.assignment_beacon_signature
+        if sig_hex is None:
             raise MinerProtocolError(f"round {w}: the view has no assignment beacon signature")
         try:
             ours = assign(
-                self.manifest, self.run_id, w, bytes.fromhex(sig_hex), ro.roster, base=view["base"]
+                self.manifest, self.run_id, w, bytes.fromhex(sig_hex), ro.roster, base=view.base
             )
         except (ValueError, HypertrainError) as e:
-            raise MinerProtocolError(f"round {w}: cannot derive the assignment: {e}") from None
+            raise MinerProtocolError(f"round {w}: cannot derive the assignment: {e}") from e
         mine = [a for a in ours if a.hotkey == hotkey]
-        published = [a for a in view["assignment"] if a.get("hotkey") == hotkey]
+        published = [a for a in view.assignment or () if a.hotkey == hotkey]
         if len(mine) != 1 or len(published) != 1:
             raise MinerProtocolError(f"round {w}: no published assignment for {hotkey}")
-        if published[0].get("assignment_hash") != mine[0].assignment_hash or list(
-            published[0].get("samples", [])
-        ) != list(mine[0].samples):
+        if (published[0].assignment_hash, published[0].samples) != (
+            mine[0].assignment_hash,
+            mine[0].samples,
+        ):
             raise MinerProtocolError(
-                f"round {w}: published assignment_hash {published[0].get('assignment_hash')} "
+                f"round {w}: published assignment_hash {published[0].assignment_hash} "
                 f"!= derived {mine[0].assignment_hash}"
             )
         return mine[0]
@@ -283,45 +293,44 @@ class RoundRunner:
         self.progress.phase(w, "assigned", slot=mine.slot, samples=len(mine.samples))
         if self.prepare is not None:
             try:
-                await self.prepare(mine.samples, int(view["now_round"]))
+                await self.prepare(mine.samples, view.now_round)
             except DataFetchError as e:
-                raise MinerProtocolError(f"round {w}: dataset: {e}") from None
+                raise MinerProtocolError(f"round {w}: dataset: {e}") from e
         theta_start = await self.state_source.load(w, view, ro)
         if not accepted:
-            await self._accept(w, mine, view)
+            await self._accept(w, mine, ro)
         from hypertrain.miner.trainstep import train_and_save  # imports torch: after configure
 
         await train_and_save(self, w, rd, ro, mine, theta_start)
         self._record(w, "trained")
 
-    async def _accept(self, w: int, mine: Assignment, view: dict[str, Any]) -> None:
+    async def _accept(self, w: int, mine: Assignment, ro: RoundOpen) -> None:
         image = self.config.image_digest or self.manifest.reference_spec.image_digest
         body = Accept(w, self.keypair.ss58, mine.assignment_hash, image, DRIVER_VERSION, 1)
-        ro_exp = structure(RoundOpen, view["round_open"]["body"]).d_commit
-        envelope = seal(self.keypair, "Accept", self.run_id, body, ro_exp)
+        envelope = seal(self.keypair, "Accept", self.run_id, body, ro.d_commit)
         try:
             await self._retry(lambda: self.client.accept(self.run_id, envelope))
         except ApiError as e:
             if e.status == 409 and await self._already_past_assigned(w):
                 pass  # accepted before a crash: the server's status moved on
             elif e.status == 409:
-                raise _Abort(RoundStatus.ABORTED, f"Accept refused: {e.detail}") from None
+                raise _Abort(RoundStatus.ABORTED, f"Accept refused: {e.detail}") from e
             elif e.status in (403, 422):
-                raise MinerProtocolError(f"round {w}: Accept refused: {e}") from None
+                raise MinerProtocolError(f"round {w}: Accept refused: {e}") from e
             else:
                 raise
         self._record(w, "accepted")
 
     async def _already_past_assigned(self, w: int) -> bool:
         view = await self.client.round_view(self.run_id, w)
-        for miner in (view or {}).get("miners", []):
-            if miner.get("hotkey") == self.keypair.ss58:
-                return miner.get("status") not in (None, "ASSIGNED")
+        for miner in view.miners if view is not None else ():
+            if miner.hotkey == self.keypair.ss58:
+                return miner.status != "ASSIGNED"
         return False
 
     # -- commit and after ------------------------------------------------------------------
 
-    async def _retry(self, call: Callable[[], Any]) -> Any:
+    async def _retry(self, call: Callable[[], Awaitable[T]]) -> T:
         for attempt in range(self.settings.post_attempts):
             try:
                 return await call()
@@ -334,27 +343,26 @@ class RoundRunner:
             await trio.sleep(self.config.poll_seconds)
         raise AssertionError("unreachable")
 
-    async def _commit(
-        self, w: int, rd: RoundDir, ro: RoundOpen, commit_env: dict[str, Any]
-    ) -> None:
-        envelope = check_shape(commit_env)
+    async def _commit(self, w: int, rd: RoundDir, ro: RoundOpen, envelope: Envelope) -> None:
         self._hook("before_commit", w)
         try:
-            status, receipt_env = await self._retry(
-                lambda: self.client.commit(self.run_id, envelope)
-            )
+            answer = await self._retry(lambda: self.client.commit(self.run_id, envelope))
         except ApiError as e:
             if e.status == 409:
-                raise _Abort(RoundStatus.ABORTED, f"Commit refused: {e.detail}") from None
+                raise _Abort(RoundStatus.ABORTED, f"Commit refused: {e.detail}") from e
             raise
         self._hook("commit_posted", w)
-        receipt = self._verify_receipt(w, receipt_env, commit_env["body"])
-        if status is None:
+        receipt = self._verify_receipt(w, answer.receipt, envelope.body)
+        if isinstance(answer, AlreadyCommitted):
             status = "EXCLUDED" if receipt.received_round >= ro.d_audit else "COMMITTED"
-        rd.write_json("receipt.json", receipt_env)
+        else:
+            status = answer.status
+        rd.write_json("receipt.json", answer.receipt)
         self._record(w, "committed", status=status, received_round=receipt.received_round)
 
-    def _verify_receipt(self, w: int, raw: object, commit_body: object) -> Receipt:
+    def _verify_receipt(
+        self, w: int, raw: Mapping[str, Any], commit_body: Mapping[str, Any]
+    ) -> Receipt:
         receipt = self._coord_message(w, raw, "Receipt")
         if not isinstance(receipt, Receipt) or receipt.w != w:
             raise MinerProtocolError(f"round {w}: the Receipt is not for round {w}")
@@ -367,7 +375,7 @@ class RoundRunner:
         preimages = [unstructure(structure(LeafPreimage, p)) for p in stored]
         payload = {"w": w, "hotkey": self.keypair.ss58, "preimages": preimages}
         answer = await self._guarded(w, "leaves", self.client.post_leaves, self.run_id, payload)
-        if answer.get("leaves_root") != commit.leaves_root:
+        if answer.leaves_root != commit.leaves_root:
             raise MinerProtocolError(f"round {w}: the server's leaves_root is not ours")
         self._record(w, "leaves")
 
@@ -382,7 +390,7 @@ class RoundRunner:
                 allow_file=self.config.allow_file_upload,
             )  # fmt: skip
         except UploadRefused as e:
-            raise MinerProtocolError(f"round {w}: {e}") from None
+            raise MinerProtocolError(f"round {w}: {e}") from e
         self._hook("put_done", w)
         self._record(w, "uploaded", size=len(payload))
 
@@ -400,18 +408,20 @@ class RoundRunner:
         await self._guarded(w, "DeltaManifest", self.client.post_delta, self.run_id, envelope)
         self._record(w, "manifest_posted")
 
-    async def _guarded(self, w: int, what: str, fn: Callable[..., Any], *a: Any, **k: Any) -> Any:
+    async def _guarded(
+        self, w: int, what: str, fn: Callable[P, Awaitable[T]], *a: P.args, **k: P.kwargs
+    ) -> T:
         """Call with retries; a 409 (window closed, not COMMITTED) aborts the round."""
         try:
             return await self._retry(lambda: fn(*a, **k))
         except ApiError as e:
             if e.status == 409:
-                raise _Abort(RoundStatus.ABORTED, f"{what} refused: {e.detail}") from None
+                raise _Abort(RoundStatus.ABORTED, f"{what} refused: {e.detail}") from e
             if e.status in (400, 403, 422):
-                raise MinerProtocolError(f"round {w}: {what} refused: {e}") from None
-            raise _Abort(RoundStatus.FAILED, f"{what}: {e}") from None
+                raise MinerProtocolError(f"round {w}: {what} refused: {e}") from e
+            raise _Abort(RoundStatus.FAILED, f"{what}: {e}") from e
         except (httpx.TransportError, httpx.TimeoutException) as e:
-            raise _Abort(RoundStatus.FAILED, f"{what}: {type(e).__name__}: {e}") from None
+            raise _Abort(RoundStatus.FAILED, f"{what}: {type(e).__name__}: {e}") from e
 
 
 def _sha(data: bytes) -> str:

@@ -11,16 +11,18 @@
    ``shard_sha256_root`` against the manifest's ``dataset`` section; without ``data_dir`` a
    :class:`~hypertrain.miner.datacache.RemoteDataset` fetches, before each round's training,
    the shards it needs from the run's registered dataset (checked against the same section);
-4. runs rounds ``start .. start + rounds - 1`` with a :class:`RoundRunner`, pruning artifacts
-   older than ``E_vest_rounds + 2`` rounds.
+4. mines rounds ``start .. start + rounds - 1`` with a :class:`RoundRunner`, pruning
+   artifacts older than ``E_vest_rounds + 2`` rounds.
 
 Default ``start``: the oldest round the journal left unfinished, else the run's newest round,
-else 0. Fatal problems raise :class:`MinerFatal` (the CLI prints one line and exits 2).
+else 0. Fatal problems raise :class:`~hypertrain.miner.errors.MinerFatal` or one of its
+subclasses (the CLI prints one line and exits 2); a 4xx answer no route's contract expects
+becomes one too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -30,39 +32,40 @@ from hypertrain.datasets.errors import DatasetError
 from hypertrain.datasets.manifest import MANIFEST_FILE, DatasetManifest, load_record
 from hypertrain.datasets.reader import Dataset
 from hypertrain.miner.artifacts import prune
-from hypertrain.miner.client import ApiError, CoordinatorClient
+from hypertrain.miner.client import CoordinatorClient
 from hypertrain.miner.config import MinerConfig
 from hypertrain.miner.datacache import RemoteDataset
+from hypertrain.miner.errors import ApiError, MinerFatal
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.journal import Journal
 from hypertrain.miner.progress import Progress
 from hypertrain.miner.round import (
     DEFAULT_SETTINGS,
     Hook,
-    MinerProtocolError,
     Prepare,
     RoundOutcome,
     RoundRunner,
     RoundSettings,
     RoundStatus,
 )
-from hypertrain.miner.startstate import StartStateError, StartStateSource
+from hypertrain.miner.startstate import StartStateSource
+from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.envelope import verify
 from hypertrain.protocol.errors import HypertrainError
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import ReferenceEnv, RunManifest
 from hypertrain.trainer.errors import TrainerError
 
-__all__ = ["MinerFatal", "Summary", "check_dataset", "run_miner"]
-
-
-class MinerFatal(Exception):
-    """A configuration, key, dataset, determinism or protocol problem: exit 2."""
+__all__ = ["Summary", "check_dataset", "run_miner"]
 
 
 @attrs.frozen
 class Summary:
-    """What a run did: the final JSON on stdout, and the exit status."""
+    """What a run did: the final JSON on stdout, and the exit status.
+
+    Its JSON has the derived ``ok`` besides the fields, so it is written by :meth:`to_json`,
+    each round by the converter.
+    """
 
     run_id: str
     hotkey: str
@@ -76,7 +79,7 @@ class Summary:
         return {
             "run_id": self.run_id,
             "hotkey": self.hotkey,
-            "rounds": [r.to_json() for r in self.rounds],
+            "rounds": [unstructure(r) for r in self.rounds],
             "ok": self.exit_code == 0,
         }
 
@@ -88,15 +91,15 @@ async def resolve_run(client: CoordinatorClient, run_id: str | None) -> str:
     runs = await client.list_runs()
     if len(runs) != 1:
         raise MinerFatal(f"the API lists {len(runs)} runs; set run_id in the config")
-    return str(runs[0]["run_id"])
+    return runs[0].run_id
 
 
-def verify_manifest(run: dict[str, Any], run_id: str, owner: str | None) -> RunManifest:
-    """The run's RunManifest, checked (module docstring step 1)."""
+def verify_manifest(envelope: Mapping[str, Any], run_id: str, owner: str | None) -> RunManifest:
+    """The run's RunManifest from its envelope, checked (module docstring step 1)."""
     try:
-        verified = verify(run["manifest_envelope"], signer_allowed=lambda t, _: t == "RunManifest")
-    except (KeyError, HypertrainError) as e:
-        raise MinerFatal(f"run {run_id}: manifest envelope does not verify: {e}") from None
+        verified = verify(envelope, signer_allowed=lambda t, _: t == "RunManifest")
+    except HypertrainError as e:
+        raise MinerFatal(f"run {run_id}: manifest envelope does not verify: {e}") from e
     manifest = verified.message
     if not isinstance(manifest, RunManifest) or manifest.run_id() != run_id:
         raise MinerFatal(f"run {run_id}: the manifest is not this run's")
@@ -113,7 +116,7 @@ def check_dataset(config: MinerConfig, manifest: RunManifest) -> Dataset:
         record = load_record(DatasetManifest, config.data_dir / MANIFEST_FILE)
         dataset = Dataset.open(config.data_dir)
     except (DatasetError, HypertrainError, OSError) as e:
-        raise MinerFatal(f"data_dir {config.data_dir}: {e}") from None
+        raise MinerFatal(f"data_dir {config.data_dir}: {e}") from e
     spec = manifest.dataset
     mine = (dataset.merkle_root, dataset.n_samples, record.shard_sha256_root)
     want = (spec.merkle_root, spec.n_samples, spec.shard_sha256_root)
@@ -152,21 +155,21 @@ async def run_miner(
     try:
         run_id = await resolve_run(client, config.run_id)
         run = await client.get_run(run_id)
-        manifest = verify_manifest(run, run_id, config.owner_hotkey)
+        manifest = verify_manifest(run.manifest_envelope, run_id, config.owner_hotkey)
         try:
             configure(manifest.reference_spec.env)
         except TrainerError as e:
-            raise MinerFatal(f"determinism: {e}") from None
+            raise MinerFatal(f"determinism: {e}") from e
         if config.data_dir is None:
             remote = RemoteDataset(client, keypair, run_id, manifest, config.workdir)
             samples: Callable[[Any], Any] = remote.samples
             prepare: Prepare | None = remote.ensure
         else:
             samples, prepare = check_dataset(config, manifest).samples, None
-        journal = Journal.open(config.workdir)
+        journal = Journal.load(config.workdir)
         if start is None:
             pending = journal.unfinished()
-            opened = [int(r["w"]) for r in run.get("rounds", [])]
+            opened = [r.w for r in run.rounds]
             start = pending[0] if pending else max(opened, default=0)
         runner = RoundRunner(
             config=config,
@@ -186,15 +189,12 @@ async def run_miner(
         outcomes = []
         keep = manifest.verify.E_vest_rounds + 2
         for w in range(start, start + rounds):
-            try:
-                outcomes.append(await runner.run(w))
-            except (MinerProtocolError, StartStateError) as e:
-                raise MinerFatal(str(e)) from None
+            outcomes.append(await runner.mine_round(w))
             prune(config.workdir, w, keep)
         return Summary(run_id, keypair.ss58, tuple(outcomes))
     except ApiError as e:
         if e.status >= 500:
             raise
-        raise MinerFatal(str(e)) from None
+        raise MinerFatal(str(e)) from e
     finally:
         await client.aclose()

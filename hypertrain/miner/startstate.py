@@ -8,17 +8,19 @@ Later rounds start from the published blob (``pack_state`` format, theta section
 - ``state_source`` a directory: the file ``{state_source}/{theta_hash}``;
 - ``state_source`` an http(s) base: ``GET {state_source}/{theta_hash}``.
 
-Either way ``TH(theta) == RoundOpen.theta_hash`` must hold, else :class:`MinerProtocolError`
-(the client's one-line exit 2): a miner never trains from a state it cannot prove.
+Either way ``TH(theta) == RoundOpen.theta_hash`` must hold, else
+:class:`~hypertrain.miner.errors.StartStateError` (a MinerFatal: the client's one-line exit 2):
+a miner never trains from a state it cannot prove.
 """
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
 
-from hypertrain.miner.client import ApiError, CoordinatorClient
+from hypertrain.miner.answers import RoundView
+from hypertrain.miner.client import CoordinatorClient
+from hypertrain.miner.errors import ApiError, StartStateError
 from hypertrain.protocol.errors import HypertrainError
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
@@ -27,11 +29,7 @@ from hypertrain.protocol.tensorhash import th_hex
 from hypertrain.trainer.params import F32Array, init_params
 from hypertrain.trainer.state import unpack_state
 
-__all__ = ["StartStateError", "StartStateSource"]
-
-
-class StartStateError(Exception):
-    """A start state that cannot be fetched or does not hash to the RoundOpen's theta_hash."""
+__all__ = ["StartStateSource"]
 
 
 class StartStateSource:
@@ -48,11 +46,11 @@ class StartStateSource:
         self.manifest, self.run_id = manifest, run_id
         self.client, self.keypair, self.source = client, keypair, state_source
 
-    def ready(self, w: int, view: dict[str, Any]) -> bool:
+    def ready(self, w: int, view: RoundView) -> bool:
         """Whether the view says enough to load round ``w``'s start state."""
-        return w == 0 or self.source is not None or isinstance(view.get("state_sha256"), str)
+        return w == 0 or self.source is not None or view.state_sha256 is not None
 
-    async def load(self, w: int, view: dict[str, Any], ro: RoundOpen) -> dict[str, F32Array]:
+    async def load(self, w: int, view: RoundView, ro: RoundOpen) -> dict[str, F32Array]:
         """The start theta of round ``w`` (StartStateError when unavailable or wrong)."""
         if w == 0:
             theta = init_params(self.manifest.model)
@@ -61,7 +59,7 @@ class StartStateSource:
             try:
                 theta = unpack_state(blob).theta
             except HypertrainError as e:
-                raise StartStateError(f"round {w}: start state blob is malformed: {e}") from None
+                raise StartStateError(f"round {w}: start state blob is malformed: {e}") from e
         actual = th_hex(theta)
         if actual != ro.theta_hash:
             raise StartStateError(
@@ -69,14 +67,14 @@ class StartStateSource:
             )
         return theta
 
-    async def _fetch(self, view: dict[str, Any], ro: RoundOpen) -> bytes:
+    async def _fetch(self, view: RoundView, ro: RoundOpen) -> bytes:
         source = self.source
         try:
             if source is None:
-                sha = str(view["state_sha256"])
-                blob = await self.client.get_object(
-                    self.keypair, self.run_id, sha, int(view["now_round"])
-                )
+                sha = view.state_sha256
+                if sha is None:
+                    raise StartStateError("the round view names no start state blob")
+                blob = await self.client.get_object(self.keypair, self.run_id, sha, view.now_round)
                 if hashlib.sha256(blob).hexdigest() != sha:
                     raise StartStateError(f"start state blob does not hash to {sha}")
                 return blob
@@ -84,6 +82,6 @@ class StartStateSource:
                 return await self.client.get_url(f"{source.rstrip('/')}/{ro.theta_hash}")
             return (Path(source) / ro.theta_hash).read_bytes()
         except ApiError as e:
-            raise StartStateError(f"cannot fetch the start state: {e}") from None
+            raise StartStateError(f"cannot fetch the start state: {e}") from e
         except OSError as e:
-            raise StartStateError(f"cannot read the start state: {e}") from None
+            raise StartStateError(f"cannot read the start state: {e}") from e

@@ -44,6 +44,7 @@ from typing import Any, Final
 
 from attrs import field, frozen
 
+from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import Conflict
 from hypertrain.protocol.hashes import (
     FEISTEL_ROUNDS,
@@ -200,7 +201,8 @@ class AssignParams:
 
 @frozen
 class Assignment:
-    """One slot's samples in a round: ``{hotkey, slot, samples, assignment_hash}``."""
+    """One slot's samples in a round: ``{hotkey, slot, samples, assignment_hash}``, the round
+    view's ``assignment[]`` item (``unstructure(a)`` writes it, the miner structures it)."""
 
     hotkey: str
     slot: int
@@ -208,13 +210,8 @@ class Assignment:
     assignment_hash: str
 
     def to_json(self) -> dict[str, Any]:
-        """The round view's ``assignment[]`` item."""
-        return {
-            "hotkey": self.hotkey,
-            "slot": self.slot,
-            "samples": list(self.samples),
-            "assignment_hash": self.assignment_hash,
-        }
+        """``unstructure(self)``; only ``coordinator.flows.roundview`` still calls this."""
+        return unstructure(self)
 
 
 def _params(source: AssignParams | RunManifest) -> AssignParams:

@@ -34,7 +34,7 @@ from hypertrain.aggregator.tape import parse_signed_tape, seal_tape, tape_bytes
 from hypertrain.aggregator.tape_replay import replay_tape
 from hypertrain.beacon.ingest import latest_round
 from hypertrain.cli import build_parser
-from hypertrain.cli.aggregate import aggregate_main
+from hypertrain.cli.aggregate import _report, aggregate_main
 from hypertrain.coordinator.flows.aggregation import (
     AggregationRow,
     StepInputs,
@@ -103,6 +103,20 @@ async def _aggregate(argv: list[str], transport: httpx.AsyncBaseTransport) -> in
 
 def _reports(out: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def test_a_merge_report_is_one_json_line_with_a_note_only_when_there_is_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    key, theta = "ab" * 32, "cd" * 32
+    _report(MergeReport(0, key, theta, 0.25, 1, 1))
+    _report(MergeReport(1, key, theta, 1.5, 0, None, "round 2 was already open"))
+    assert capsys.readouterr().out == (
+        f'{{"w":0,"tape_key":"{key}","theta_hash":"{theta}","update_norm":0.25,"clipped":1,'
+        '"opened":1}\n'
+        f'{{"w":1,"tape_key":"{key}","theta_hash":"{theta}","update_norm":1.5,"clipped":0,'
+        '"opened":null,"note":"round 2 was already open"}\n'
+    )
 
 
 def _inputs_of(conn: sqlite3.Connection, run_id: str, w: int, prev_key: str | None) -> StepInputs:

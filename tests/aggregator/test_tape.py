@@ -22,7 +22,7 @@ from hypertrain.aggregator.tape import (
     verify_tape,
 )
 from hypertrain.aggregator.tape_replay import ReplayReport, TapeMismatch, replay_tape
-from hypertrain.protocol.converter import structure
+from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import Malformed, SignatureError, UnauthorizedSigner
 from hypertrain.protocol.f32 import f32_hex
 from hypertrain.protocol.hashes import event_tape_signed_bytes
@@ -104,7 +104,7 @@ def _body() -> TapeBody:
 
 
 def test_body_json_shape() -> None:
-    body = _body().to_json()
+    body = unstructure(_body())
     assert list(body) == [
         "v",
         "run_id",
@@ -159,8 +159,8 @@ def test_seal_verify_round_trip_and_key() -> None:
     assert tape_key(signed) == tape_key(seal_tape(COORD, _body()))  # ed25519 is deterministic
     again = parse_signed_tape(raw)
     assert again == signed
-    assert canonical_json(again.to_json()) == raw
-    assert COORD.sign(event_tape_signed_bytes(signed.body.to_json(), RUN_ID)).hex() == signed.sig
+    assert canonical_json(unstructure(again)) == raw
+    assert COORD.sign(event_tape_signed_bytes(unstructure(signed.body), RUN_ID)).hex() == signed.sig
 
 
 def test_wrong_signer_and_bad_signature() -> None:
@@ -204,7 +204,7 @@ TAMPER: list[tuple[list[str | int], object]] = [
 def test_tampering_any_body_field_breaks_the_signature(
     path: list[str | int], value: object
 ) -> None:
-    data = seal_tape(COORD, _body()).to_json()
+    data = unstructure(seal_tape(COORD, _body()))
     _set(data["body"], path, value)
     tampered = parse_signed_tape(data)
     with pytest.raises(SignatureError):
@@ -223,7 +223,7 @@ def test_tampering_any_body_field_breaks_the_signature(
     ],
 )
 def test_parse_refuses_extra_keys(path: list[str | int]) -> None:
-    data = seal_tape(COORD, _body()).to_json()
+    data = unstructure(seal_tape(COORD, _body()))
     _set(data, path, 1)
     with pytest.raises(Malformed, match="unknown field"):
         parse_signed_tape(data)
@@ -234,7 +234,7 @@ def test_parse_refuses_extra_keys(path: list[str | int]) -> None:
     [["sig"], ["body", "v"], ["body", "center_hash"], ["body", "inputs", 0, "weight"]],
 )
 def test_parse_refuses_missing_keys(path: list[str | int]) -> None:
-    data = seal_tape(COORD, _body()).to_json()
+    data = unstructure(seal_tape(COORD, _body()))
     obj: Any = data
     for part in path[:-1]:
         obj = obj[part]
@@ -262,14 +262,14 @@ def test_parse_refuses_missing_keys(path: list[str | int]) -> None:
     ],
 )
 def test_parse_refuses_bad_values(path: list[str | int], value: object) -> None:
-    data = seal_tape(COORD, _body()).to_json()
+    data = unstructure(seal_tape(COORD, _body()))
     _set(data, path, value)
     with pytest.raises(Malformed):
         parse_signed_tape(data)
 
 
 def test_parse_refuses_unsorted_inputs_and_non_json() -> None:
-    data = seal_tape(COORD, _body()).to_json()
+    data = unstructure(seal_tape(COORD, _body()))
     data["body"]["inputs"].reverse()
     with pytest.raises(Malformed, match="sorted"):
         parse_signed_tape(data)
@@ -335,7 +335,7 @@ class _Round:
         )
 
     def resealed(self, path: list[str | int], value: object) -> SignedTape:
-        data = self.signed.to_json()
+        data = unstructure(self.signed)
         _set(data["body"], path, value)
         return seal_tape(COORD, parse_signed_tape(data).body)
 
@@ -448,7 +448,7 @@ def test_replay_checks_params_and_signature(merged: _Round) -> None:
             load_object=merged.load,
             outer_params=_outer(lr=0.5),
         )
-    data = merged.signed.to_json()
+    data = unstructure(merged.signed)
     data["body"]["w"] = 2
     with pytest.raises(SignatureError):
         merged.replay(parse_signed_tape(data))
@@ -472,4 +472,4 @@ def test_replay_refuses_objects_that_are_not_fitting_deltas(merged: _Round) -> N
 
 
 def test_tape_params_agree_with_merge_params(merged: _Round) -> None:
-    assert merged.signed.body.to_json()["params"] == merged.params.to_tape()
+    assert unstructure(merged.signed.body)["params"] == merged.params.to_tape()

@@ -7,6 +7,7 @@ from typing import Any
 
 from hypertrain.beacon.chain import BeaconRound
 from hypertrain.beacon.local import LocalChain
+from hypertrain.protocol.converter import unstructure
 from nurseries import ASGIApp, WallClock
 
 GENESIS = 1_700_000_000.0
@@ -51,7 +52,7 @@ def tampering_app(inner: ASGIApp, impostor: LocalChain) -> ASGIApp:
             await _answer(send, start["status"], json.loads(body["body"]))
             return
         rnd = BeaconRound.from_json(json.loads(body["body"]))
-        await _answer(send, 200, impostor.round(rnd.round).to_json())
+        await _answer(send, 200, unstructure(impostor.round(rnd.round)))
 
     return app
 

@@ -27,6 +27,7 @@ from hypertrain.beacon.local import local_chain_app
 from hypertrain.beacon.relays import RelayClient
 from hypertrain.cli import main
 from hypertrain.cli.beacon import PushOptions, push_main
+from hypertrain.protocol.converter import unstructure
 from hypertrain.store import open_database
 from nurseries import ASGIApp, SystemClock, VirtualClock, serve_asgi
 from nurseries.testing import open_mounted_client
@@ -228,11 +229,11 @@ async def test_live_check_pass_fail_censored(autojump_clock: trio.testing.MockCl
 
 def test_verify_a_valid_and_a_tampered_round(tmp_path: Path, capsys: Capture) -> None:
     good = tmp_path / "good.json"
-    good.write_text(json.dumps(QUICKNET_VECTORS[0].to_json()))
+    good.write_text(json.dumps(unstructure(QUICKNET_VECTORS[0])))
     assert main(["beacon", "verify", str(good)]) == 0
     assert json.loads(capsys.readouterr().out)["valid"] is True
     tampered = tmp_path / "tampered.json"
-    tampered.write_text(json.dumps({**QUICKNET_VECTORS[0].to_json(), "round": 1000001}))
+    tampered.write_text(json.dumps({**unstructure(QUICKNET_VECTORS[0]), "round": 1000001}))
     assert main(["beacon", "verify", str(tampered)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("hypertrain: invalid round: round 1000001: BLS signature does not")

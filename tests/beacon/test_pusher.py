@@ -19,6 +19,7 @@ from hypertrain.beacon.local import LocalChain, LocalChainSource, local_chain_ap
 from hypertrain.beacon.pusher import Pusher, TickRecord, rounds_to_push
 from hypertrain.beacon.relays import RelayClient
 from hypertrain.beacon.sinks import HttpSink, StoreSink, read_token
+from hypertrain.protocol.converter import unstructure
 from hypertrain.store import Database, open_database
 from nurseries import ASGIApp, VirtualClock
 from nurseries.testing import open_mounted_client
@@ -56,7 +57,7 @@ class Net:
         )
 
     def lines(self) -> list[dict[str, object]]:
-        return [record.to_json() for record in self.records]
+        return [unstructure(record) for record in self.records]
 
 
 @asynccontextmanager
@@ -82,6 +83,16 @@ def test_rounds_to_push_is_bounded_by_catch_up() -> None:
     assert list(rounds_to_push(known=60, latest=50, catch_up=20)) == []
 
 
+def test_a_tick_record_says_which_round_the_sink_holds_after_it() -> None:
+    assert TickRecord(pushed=(48, 49, 50), latest=50, known=47).held == 50
+    assert TickRecord(pushed=(), latest=50, known=60).held == 60
+    assert (
+        TickRecord(pushed=(48,), latest=50, known=47, error="SinkUnavailable", failures=1).held
+        == 48
+    )
+    assert TickRecord(pushed=(), latest=None, known=None, error="down", failures=2).held is None
+
+
 async def test_each_tick_pushes_the_missing_rounds_oldest_first(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -91,7 +102,7 @@ async def test_each_tick_pushes_the_missing_rounds_oldest_first(
             first = await net.client.get(f"{API}/v1/beacon/latest")
             assert first.json() == {"round": 0}
             async with trio.open_nursery() as nursery:
-                assert await nursery.start(net.pusher().run) == net.records[0]
+                assert await nursery.start(net.pusher().run) == 11  # D it starts from
         assert net.lines() == [
             {"pushed": list(range(1, 12)), "latest": 11, "known": 0},
             {"pushed": [12], "latest": 12, "known": 11},
@@ -107,7 +118,7 @@ async def test_catch_up_pushes_only_the_last_rounds(
     async with open_net(tmp_path) as net:
         await trio.sleep(3 * 49)  # round 50 is due, the coordinator has none
         record = await net.pusher().tick()
-        assert record.to_json() == {"pushed": list(range(31, 51)), "latest": 50, "known": 0}
+        assert unstructure(record) == {"pushed": list(range(31, 51)), "latest": 50, "known": 0}
         assert net.coordinator.pushes == list(range(31, 51))
         await trio.sleep(3 * 5)
         record = await net.pusher(catch_up=3).tick()
@@ -138,7 +149,7 @@ async def test_one_relay_down_is_tolerated_while_min_relays_answer(
     async with open_net(tmp_path, {"http://relay-c": down_app(503)}) as net:
         await trio.sleep(9.0)
         record = await net.pusher((*RELAYS, "http://relay-c")).tick()
-        assert record.to_json() == {"pushed": [1, 2, 3, 4], "latest": 4, "known": 0}
+        assert unstructure(record) == {"pushed": [1, 2, 3, 4], "latest": 4, "known": 0}
         failing = await net.pusher(("http://relay-a", "http://relay-c")).tick()
         assert failing.error is not None
         assert "http://relay-c: HTTP 503 (after 3 attempts)" in failing.error
@@ -259,7 +270,7 @@ async def test_an_in_process_local_chain_feeds_the_store_through_the_same_pusher
         records: list[TickRecord] = []
         pusher = Pusher(LocalChainSource(chain), sink, catch_up=2, report=records.append)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(pusher.run)
+            assert await nursery.start(pusher.run) is None  # the first tick learned no D
             await trio.sleep(9.5)
             nursery.cancel_scope.cancel()
         # The tick at t=0 is 1 s before genesis (a failed tick, retried); the ticks at 3, 6

@@ -15,6 +15,7 @@ from hypertrain.beacon.chain import BeaconRound
 from hypertrain.beacon.errors import BeaconDisagreement, BeaconUnavailable, ChainMismatch
 from hypertrain.beacon.local import LocalChain, local_chain_app
 from hypertrain.beacon.relays import USER_AGENT, RelayClient
+from hypertrain.protocol.converter import unstructure
 from nurseries import FixedClock, VirtualClock
 from nurseries.testing import open_mounted_client
 from tests.beacon.relay_fakes import GENESIS, IMPOSTOR_SEED, make_chain, tampering_app
@@ -54,7 +55,7 @@ def serving(chain: LocalChain = CHAIN, *, latest: int = 100) -> Handler:
         number = latest if which == "latest" else int(which)
         if number > latest:
             return httpx.Response(404, json={"detail": "not yet"})
-        return httpx.Response(200, json=chain.round(number).to_json())
+        return httpx.Response(200, json=unstructure(chain.round(number)))
 
     return handle
 
@@ -101,7 +102,7 @@ async def test_a_relay_serving_a_bad_signature_is_a_disagreement(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     impostor = make_chain(FixedClock(GENESIS + 3 * 99), seed=IMPOSTOR_SEED)
-    relays = Relays({A: serving(), B: answering(impostor.round(100).to_json())})
+    relays = Relays({A: serving(), B: answering(unstructure(impostor.round(100)))})
     with pytest.raises(BeaconDisagreement, match=f"invalid answer: {B}: round 100: BLS") as e:
         await client_for(relays).latest()
     assert set(e.value.failures) == {B}
@@ -114,7 +115,7 @@ async def test_relays_with_different_answers_disagree(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     other = BeaconRound(round=100, signature="0" * 96, randomness="1" * 64)
-    relays = Relays({A: serving(), B: answering(other.to_json())})
+    relays = Relays({A: serving(), B: answering(unstructure(other))})
     client = client_for(relays, check=lambda info, rnd: None)  # a chain without BLS, say
     with pytest.raises(BeaconDisagreement, match="relays disagree"):
         await client.round(100)
@@ -123,7 +124,7 @@ async def test_relays_with_different_answers_disagree(
 async def test_a_relay_answering_another_round_than_asked_is_a_disagreement(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    relays = Relays({A: serving(), B: answering(CHAIN.round(99).to_json())})
+    relays = Relays({A: serving(), B: answering(unstructure(CHAIN.round(99)))})
     with pytest.raises(BeaconDisagreement, match="asked for round 100, got round 99"):
         await client_for(relays).round(100)
 

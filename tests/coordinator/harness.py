@@ -20,6 +20,7 @@ from quart_trio import QuartTrio
 from hypertrain.beacon import BeaconRound, LocalChain
 from hypertrain.coordinator import Coordinator, CoordinatorSettings
 from hypertrain.coordinator.web.app import AppParts, create_app
+from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.keys import write_seed_file
 from hypertrain.store import ObjectStore, open_database
 from nurseries import VirtualClock, WallClock
@@ -76,7 +77,7 @@ class Harness:
         return self.chain.round(number)
 
     async def post_round(self, rnd: BeaconRound | dict[str, Any], token: str = ADMIN_TOKEN) -> Any:
-        body = rnd.to_json() if isinstance(rnd, BeaconRound) else rnd
+        body = unstructure(rnd) if isinstance(rnd, BeaconRound) else rnd
         return await self.client.post(
             "/v1/admin/beacon", json=body, headers={"Authorization": f"Bearer {token}"}
         )

@@ -10,6 +10,7 @@ import trio
 from hypertrain.beacon import BeaconRound, LocalChain, ingest, latest_round
 from hypertrain.beacon.ingest import store_round
 from hypertrain.coordinator.context import CoordinatorSink
+from hypertrain.protocol.converter import unstructure
 from tests.coordinator.harness import GENESIS, PERIOD_MS, Harness, open_harness
 
 
@@ -34,19 +35,19 @@ async def test_valid_round_is_stored_and_answered_with_round_and_latest(
         again = await h.post_round(h.round(10))
         assert (again.status_code, again.json()) == (200, {"round": 10, "latest": 10})
         latest = await h.client.get("/v1/beacon/latest")
-        assert latest.json() == h.round(10).to_json()
+        assert latest.json() == unstructure(h.round(10))
         assert h.ctx.beacon.latest == 10
         assert await h.ctx.db.read(latest_round) == 10
 
 
 async def test_invalid_rounds_are_400_and_store_nothing(tmp_path: Path) -> None:
     async with open_harness(tmp_path) as h:
-        good = h.round(1).to_json()
+        good = unstructure(h.round(1))
         bad_bodies: list[dict[str, object]] = [
             {**good, "signature": "zz"},
             {**good, "round": 0},
             {"round": 1},
-            _impostor_round(h, 1).to_json(),  # well-formed; only BLS can tell
+            unstructure(_impostor_round(h, 1)),  # well-formed; only BLS can tell
         ]
         for body in bad_bodies:
             response = await h.post_round(body)
@@ -147,6 +148,6 @@ async def test_a_repeat_of_a_stored_round_skips_verification(
         again = await h.post_round(h.round(1))
         assert (again.status_code, again.json()) == (200, {"round": 1, "latest": 1})
         # Anything that is not an exact repeat still goes the whole way.
-        other = {**h.round(1).to_json(), "signature": _impostor_round(h, 1).signature}
+        other = {**unstructure(h.round(1)), "signature": _impostor_round(h, 1).signature}
         with pytest.raises(AssertionError, match="verified again"):
             await h.ctx.ingest_beacon(BeaconRound.from_json(other))

@@ -56,6 +56,8 @@ class FakeCoordinator:
     roster: list[str]
     rounds: int = 1
     tamper_assignment: bool = False
+    view_patch: dict[str, Any] = attrs.Factory(dict)
+    """Keys merged over every round view (a test breaks or extends the answer with it)."""
     commit_posts: int = 0
     accept_posts: int = 0
     puts: int = 0
@@ -127,7 +129,7 @@ class FakeCoordinator:
         assignment = None
         if self.now() >= ro.d_assign:
             rows = assign(self.manifest, self.run_id, w, SIG, ro.roster, base=self.base(w))
-            assignment = [a.to_json() for a in rows]
+            assignment = [unstructure(a) for a in rows]
             if self.tamper_assignment:
                 assignment[0]["assignment_hash"] = "ff" * 32
         miners = [
@@ -138,7 +140,7 @@ class FakeCoordinator:
             "run_id": self.run_id, "w": w, "state": "TRAINING", "now_round": self.now(),
             "round_open": env, "base": self.base(w), "assignment": assignment,
             "assignment_beacon_signature": SIG.hex() if assignment else None,
-            "miners": miners, "state_sha256": self.state_sha.get(w),
+            "miners": miners, "state_sha256": self.state_sha.get(w), **self.view_patch,
         }  # fmt: skip
 
     async def handle(self, request: httpx.Request) -> httpx.Response:

@@ -138,7 +138,7 @@ async def test_three_miners_upload_round_zero_and_the_view_matches_their_journal
     for key in MINERS:
         row = rows[key.ss58]
         assert row["status"] == "UPLOADED"
-        phases = Journal.open(configs[key.ss58].workdir).phases(0)
+        phases = Journal.load(configs[key.ss58].workdir).phases(0)
         assert {"accepted", "committed", "uploaded"} <= set(phases)
         work = configs[key.ss58].workdir / "rounds" / "0"
         commit = json.loads((work / "commit.json").read_text())

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hypertrain.miner.client import ApiError
+from hypertrain.miner.errors import ApiError, MinerFatal
 from hypertrain.miner.main import _classify, main
-from hypertrain.miner.session import MinerFatal
 from hypertrain.protocol.hashes import join_request_bytes
 from hypertrain.protocol.keys import Keypair, verify_signature, write_seed_file
 

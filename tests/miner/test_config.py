@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from hypertrain.miner.config import DEFAULT_CHUNK_BYTES, ConfigError, load_config
+from hypertrain.miner.config import DEFAULT_CHUNK_BYTES, load_config
+from hypertrain.miner.errors import ConfigError
 
 BASE = (
     'api = "http://127.0.0.1:8000"\nkeyfile = "k.key"\nworkdir = "work"\ndata_dir = "/abs/data"\n'

@@ -13,7 +13,8 @@ import trio.testing
 from hypertrain.datasets.reader import Dataset
 from hypertrain.miner.client import CoordinatorClient
 from hypertrain.miner.config import MinerConfig
-from hypertrain.miner.datacache import DataFetchError, RemoteDataset
+from hypertrain.miner.datacache import RemoteDataset
+from hypertrain.miner.errors import DataFetchError
 from hypertrain.miner.progress import Progress
 from hypertrain.miner.round import RoundStatus
 from hypertrain.miner.session import run_miner

@@ -11,11 +11,11 @@ from hypertrain.miner.journal import JOURNAL_FILE, Journal, write_durable
 
 
 def test_append_and_replay(tmp_path: Path) -> None:
-    j = Journal.open(tmp_path)
+    j = Journal.load(tmp_path)
     j.append(0, "accepted")
     j.append(0, "committed", status="COMMITTED")
     j.append(1, "skipped", reason="x")
-    again = Journal.open(tmp_path)
+    again = Journal.load(tmp_path)
     assert again.events == j.events
     assert set(again.phases(0)) == {"accepted", "committed"}
     assert again.phases(0)["committed"]["status"] == "COMMITTED"
@@ -27,17 +27,17 @@ def test_append_and_replay(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("tail", [b'{"w":0,"pha', b'{"w":0,"phase":"leaves"}', b"garbage\n"])
 def test_torn_last_line_is_ignored_and_truncated(tmp_path: Path, tail: bytes) -> None:
-    j = Journal.open(tmp_path)
+    j = Journal.load(tmp_path)
     j.append(0, "accepted")
     path = tmp_path / JOURNAL_FILE
     good = path.read_bytes()
     with path.open("ab") as f:
         f.write(tail)
-    again = Journal.open(tmp_path)
+    again = Journal.load(tmp_path)
     assert [e["phase"] for e in again.events] == ["accepted"]
     assert path.read_bytes() == good
     again.append(0, "trained")
-    assert [e["phase"] for e in Journal.open(tmp_path).events] == ["accepted", "trained"]
+    assert [e["phase"] for e in Journal.load(tmp_path).events] == ["accepted", "trained"]
 
 
 def test_fsync_order_artifact_before_event(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -52,7 +52,7 @@ def test_fsync_order_artifact_before_event(tmp_path: Path, monkeypatch: pytest.M
         calls.append("rename:" + Path(b).name)
         real_replace(a, b)
 
-    j = Journal.open(tmp_path)
+    j = Journal.load(tmp_path)
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
     write_durable(tmp_path / "rounds" / "0" / "commit.json", b"{}")

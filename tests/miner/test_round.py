@@ -9,11 +9,12 @@ import pytest
 import trio
 
 from hypertrain.miner.config import MinerConfig
+from hypertrain.miner.errors import MinerFatal
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.journal import Journal
 from hypertrain.miner.progress import Progress
 from hypertrain.miner.round import RoundStatus
-from hypertrain.miner.session import MinerFatal, Summary, run_miner
+from hypertrain.miner.session import Summary, run_miner
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
 from tests.miner.fake import API, FakeCoordinator
@@ -97,7 +98,7 @@ async def test_one_round_reaches_uploaded(
     assert fake.status[(0, miner_key.ss58)] == "UPLOADED"
     assert fake.commit_posts == 1
     assert any("training step=6/6" in line for line in progress.lines)
-    phases = [e["phase"] for e in Journal.open(config.workdir).events]
+    phases = [e["phase"] for e in Journal.load(config.workdir).events]
     assert phases == ["accepted", "trained", "committed", "leaves", "uploaded", "manifest_posted"]
     for name in ("delta.bin", "preimages.json", "final_state.bin", "ef_out.bin", "commit.json",
                  "receipt.json"):  # fmt: skip
@@ -159,7 +160,7 @@ async def test_not_rostered_is_skipped_exit_1(
     summary, _ = await _mine(fake, _config(tmp_path, data_dir), stranger)
     assert [r.status for r in summary.rounds] == [RoundStatus.SKIPPED]
     assert summary.exit_code == 1
-    events = Journal.open(tmp_path / "work").events
+    events = Journal.load(tmp_path / "work").events
     assert [e["phase"] for e in events] == ["skipped"]
 
 

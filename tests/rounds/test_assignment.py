@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import Conflict, Malformed
 from hypertrain.protocol.hashes import assignment_hash
 from hypertrain.protocol.manifest import RunManifest
@@ -301,7 +302,7 @@ def test_assign_refusals(manifest: RunManifest) -> None:
 
 def test_assignment_json() -> None:
     a = Assignment(HOTKEYS[0], 2, (5, 1), "ab" * 32)
-    assert a.to_json() == {
+    assert unstructure(a) == {
         "hotkey": HOTKEYS[0],
         "slot": 2,
         "samples": [5, 1],

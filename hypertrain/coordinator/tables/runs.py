@@ -114,7 +114,8 @@ class RunRow:
 
 @frozen
 class RosterRow:
-    """One ``roster`` row."""
+    """One ``roster`` row; ``unstructure(row)`` is the run view's ``roster[]`` item and the
+    roster routes' answer."""
 
     hotkey: str
     bond: bool
@@ -127,18 +128,8 @@ class RosterRow:
     blacklisted: bool
 
     def to_json(self) -> dict[str, Any]:
-        """The run view's ``roster[]`` item (also the roster routes' answer)."""
-        return {
-            "hotkey": self.hotkey,
-            "bond": self.bond,
-            "probation": self.probation,
-            "cluster": self.cluster,
-            "region": self.region,
-            "flags": list(self.flags),
-            "admitted_w": self.admitted_w,
-            "removed": self.removed,
-            "blacklisted": self.blacklisted,
-        }
+        """``unstructure(self)``; only ``coordinator.flows.roundview`` still calls this."""
+        return unstructure(self)
 
 
 _RUN_COLUMNS = "run_id, manifest_envelope, status, config, honeypot_commit, created_round"

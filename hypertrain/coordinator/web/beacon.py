@@ -20,6 +20,7 @@ from hypertrain.beacon import BeaconRound, get_round
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.web.auth import require_admin
 from hypertrain.coordinator.web.http import json_response, read_json
+from hypertrain.protocol.converter import unstructure
 
 if TYPE_CHECKING:
     from hypertrain.coordinator.web.app import AppParts
@@ -39,7 +40,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     async def latest() -> Response:
         d = ctx.beacon.latest
         rnd = await ctx.db.read(get_round, d) if d > 0 else None
-        return json_response({"round": 0} if rnd is None else rnd.to_json())
+        return json_response({"round": 0} if rnd is None else unstructure(rnd))
 
     info_json = ctx.chain.to_json()
 

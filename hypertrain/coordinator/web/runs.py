@@ -104,7 +104,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         entry = structure(RosterRequest, await read_json(ctx))
         row = await ctx.db.write(upsert_roster, run_id, hotkey, entry)
         service.publish_run(run_id, "roster", hotkey=hotkey, removed=False)
-        return json_response(row.to_json())
+        return json_response(unstructure(row))
 
     async def delete_roster(run_id: str, hotkey: str) -> Response:
         require_admin(ctx)

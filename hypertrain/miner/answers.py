@@ -1,0 +1,176 @@
+"""The coordinator's answers the miner reads (spec/protocol.md section 9), as frozen attrs classes.
+
+Each class names the fields the miner reads and no others. :func:`read_answer` structures a
+parsed answer through the one converter (:mod:`hypertrain.protocol.converter`) after keeping,
+at every level of nesting, only the keys the class names:
+
+- a field the miner reads is checked as strictly as the coordinator checks what it receives
+  (types, hex, ranges); a missing or wrong one is a :class:`MinerProtocolError` that names the
+  route and the field (``GET /v1/runs/{id}/rounds/0: RoundView body: $.now_round: required
+  field missing``), never a ``KeyError`` deeper down;
+- a field it does not read is ignored: answers grow (the round view carries scores, jobs, the
+  posted envelopes...), and a miner keeps working against a coordinator that added some;
+- signed envelopes (``round_open``, ``receipt``, ``manifest_envelope``) stay the JSON objects
+  exactly as received, so :func:`~hypertrain.protocol.envelope.verify` checks every key of them.
+
+The round view's ``assignment[]`` items are :class:`~hypertrain.rounds.assignment.Assignment`,
+the class the miner derives its own with.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import attrs
+from attrs import field, frozen
+
+from hypertrain.miner.errors import MinerProtocolError
+from hypertrain.protocol.converter import structure
+from hypertrain.protocol.errors import SchemaError
+from hypertrain.protocol.validators import hex64, optional, u_int
+from hypertrain.rounds.assignment import Assignment
+
+__all__ = [
+    "AlreadyCommitted",
+    "Committed",
+    "DatasetInfo",
+    "LeavesAccepted",
+    "RoundView",
+    "RunInfo",
+    "RunListing",
+    "RunRound",
+    "RunsList",
+    "UploadGrant",
+    "ViewMiner",
+    "read_answer",
+]
+
+T = TypeVar("T")
+
+
+@frozen
+class RunListing:
+    """An item of ``GET /v1/runs``."""
+
+    run_id: str = field(validator=hex64)
+
+
+@frozen
+class RunsList:
+    """``GET /v1/runs``."""
+
+    runs: tuple[RunListing, ...]
+
+
+@frozen
+class RunRound:
+    """An item of the run view's ``rounds``."""
+
+    w: int = field(validator=u_int)
+
+
+@frozen
+class RunInfo:
+    """``GET /v1/runs/{id}``: the owner-signed manifest envelope and the opened rounds."""
+
+    manifest_envelope: dict[str, Any]
+    rounds: tuple[RunRound, ...]
+
+
+@frozen
+class DatasetInfo:
+    """``GET /v1/runs/{id}/dataset``: the sha256 of the registered dataset manifest."""
+
+    manifest_sha256: str = field(validator=hex64)
+
+
+@frozen
+class ViewMiner:
+    """An item of the round view's ``miners``."""
+
+    hotkey: str
+    status: str
+
+
+@frozen
+class RoundView:
+    """``GET /v1/runs/{id}/rounds/{w}``, the parts the miner reads."""
+
+    now_round: int = field(validator=u_int)
+    """D, the latest beacon round the coordinator holds."""
+    round_open: dict[str, Any]
+    """The K_coord RoundOpen envelope."""
+    base: int = field(validator=u_int)
+    assignment: tuple[Assignment, ...] | None
+    """Null before ``d_assign`` (or while its beacon round is not stored)."""
+    assignment_beacon_signature: str | None
+    state_sha256: str | None = field(validator=optional(hex64))
+    """The published start-state blob of the round (null until published)."""
+    miners: tuple[ViewMiner, ...]
+
+
+@frozen
+class Committed:
+    """``POST /v1/runs/{id}/commit`` (200): the status and the K_coord Receipt envelope."""
+
+    status: Literal["COMMITTED", "EXCLUDED"]
+    receipt: dict[str, Any]
+
+
+@frozen
+class AlreadyCommitted:
+    """The 409 of a Commit posted again: the Receipt envelope stored for the first post."""
+
+    receipt: dict[str, Any]
+
+
+@frozen
+class LeavesAccepted:
+    """``POST /v1/runs/{id}/leaves``: the root the coordinator computed."""
+
+    leaves_root: str = field(validator=hex64)
+
+
+@frozen
+class UploadGrant:
+    """``POST /v1/runs/{id}/uploads``: where to PUT the payload (relative to the API)."""
+
+    url: str
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def _known(tp: Any, data: object) -> object:
+    """``data`` keeping, in each object typed by an attrs class, only the keys it names."""
+    if attrs.has(tp):
+        if not isinstance(data, dict):
+            return data  # the converter names the wrong type
+        hints = _hints(tp)
+        return {
+            f.name: _known(hints[f.name], data[f.name]) for f in attrs.fields(tp) if f.name in data
+        }
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis and isinstance(data, list):
+        return [_known(args[0], item) for item in data]
+    if origin in (Union, types.UnionType) and data is not None:
+        members = [a for a in args if a is not type(None)]
+        if len(members) == 1:
+            return _known(members[0], data)
+    return data
+
+
+def read_answer(cls: type[T], data: object, where: str) -> T:
+    """``data``, the parsed answer of ``where`` (``"GET /v1/runs"``), as a ``cls``.
+
+    Unknown keys are dropped first (module docstring); MinerProtocolError names the field that
+    is missing or wrong.
+    """
+    try:
+        return structure(cls, _known(cls, data))
+    except SchemaError as e:
+        raise MinerProtocolError(f"{where}: {e.detail}") from e

@@ -1,0 +1,78 @@
+"""The errors of the miner program, one tree, and the exit status each one ends it with.
+
+::
+
+    MinerError                  root of everything the miner raises on purpose
+    ├── ConfigError             miner.toml or a HYPERTRAIN_MINER_* override is wrong    exit 2
+    ├── MinerFatal              this run cannot be mined: key, dataset, determinism     exit 2
+    │   ├── MinerProtocolError  the coordinator broke the protocol: a signature, the
+    │   │                       assignment, the receipt, or an answer missing a field
+    │   │                       or with one of the wrong type (the message names it)
+    │   └── StartStateError     a start state that cannot be fetched, or does not hash
+    │                           to the RoundOpen's theta_hash
+    ├── ApiError                a non-2xx answer: ``status``, ``detail``, ``body``;     exit 1
+    │                           a 4xx no route's contract expects becomes MinerFatal
+    ├── UploadRefused           an upload URL the miner will not use    -> MinerProtocolError
+    ├── DataFetchError          the run's dataset cannot be fetched, or is not the one
+    │                           the manifest names                      -> MinerProtocolError
+    └── round._Abort            (private) ends round ``w`` early with its RoundStatus; the
+                                round runner turns it into the round's outcome
+
+``->`` marks errors the miner re-raises as another (``raise ... from e``, so the cause stays
+attached). Outside the tree the process boundary (:mod:`hypertrain.miner.main`) also maps the
+protocol's :class:`~hypertrain.protocol.errors.KeyfileError` (exit 2), ``httpx.HTTPError``
+(network failures, exit 1) and SIGINT/SIGTERM (exit 1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ApiError",
+    "ConfigError",
+    "DataFetchError",
+    "MinerError",
+    "MinerFatal",
+    "MinerProtocolError",
+    "StartStateError",
+    "UploadRefused",
+]
+
+
+class MinerError(Exception):
+    """Root of the errors the miner raises on purpose (module docstring)."""
+
+
+class ConfigError(MinerError):
+    """A bad configuration file or override (the CLI exits 2 with this one line)."""
+
+
+class MinerFatal(MinerError):
+    """A configuration, key, dataset, determinism or protocol problem: exit 2."""
+
+
+class MinerProtocolError(MinerFatal):
+    """The coordinator broke the protocol (bad signature, assignment, receipt, answer): exit 2."""
+
+
+class StartStateError(MinerFatal):
+    """A start state that cannot be fetched or does not hash to the RoundOpen's theta_hash."""
+
+
+class ApiError(MinerError):
+    """A non-2xx answer: ``status``, the ``detail`` string and the parsed JSON ``body``."""
+
+    def __init__(self, method: str, path: str, status: int, body: Any) -> None:
+        detail = body.get("detail") if isinstance(body, dict) else None
+        self.status, self.body = status, body
+        self.detail = str(detail) if detail is not None else str(body)[:200]
+        super().__init__(f"{method} {path}: HTTP {status}: {self.detail}")
+
+
+class UploadRefused(MinerError):
+    """An upload URL the miner will not use (not https, loopback http or allowed file://)."""
+
+
+class DataFetchError(MinerError):
+    """The dataset cannot be fetched, or what was served is not what the run committed to."""
