@@ -6,9 +6,10 @@ and :meth:`InputCache.ensure` returns a path only after hashing the file's bytes
 file edited or corrupted on disk is deleted and fetched anew, never trusted because a stamp says
 so (spec/compute-network.md scenario 33). A fetch streams into a temporary file with the declared
 size as a hard cap; a body of another size or hash is discarded and reported
-(:class:`InputMismatch`), nothing is renamed into place. The job's scorer gets a private view
-(:meth:`InputCache.link_job`): a fresh directory of hard links named by the input names, which the
-names check (:func:`~hypertrain.scoring.inputs.check_input_name`) keeps inside it.
+(:class:`~hypertrain.node.errors.InputMismatch`), nothing is renamed into place. The job's
+scorer gets a private view (:meth:`InputCache.link_job`): a fresh directory of hard links named
+by the input names, which the names check (:func:`~hypertrain.scoring.inputs.check_input_name`)
+keeps inside it.
 """
 
 from __future__ import annotations
@@ -24,17 +25,14 @@ from typing import Final
 import attrs
 import trio
 
+from hypertrain.node.errors import InputMismatch
 from hypertrain.protocol.validators import is_hex64
 from hypertrain.scoring.inputs import check_input_name
 
-__all__ = ["CHUNK", "InputCache", "InputMismatch", "InputSpec"]
+__all__ = ["CHUNK", "InputCache", "InputSpec"]
 
 CHUNK: Final = 1 << 20
 MAX_INPUT_BYTES: Final = 1 << 32
-
-
-class InputMismatch(Exception):
-    """An input's bytes are not what the job declared (size or sha256); never used."""
 
 
 @attrs.frozen

@@ -22,18 +22,11 @@ One :class:`httpx.AsyncClient` with an injectable transport (tests pass
   identity``, no inflation) with the declared size as a cap: a ``Content-Length`` above it is
   refused before any byte is read, and :class:`~hypertrain.node.cache.InputCache` stops at the
   first byte past it.
-- **Typed errors**: :class:`Unreachable` (network failure or 5xx after the retries),
-  :class:`Unauthorized` (401), :class:`Disabled` (the lease's 403, with the re-enable time),
-  :class:`Refused` (any other non-2xx). A post's 410 (late) and 409 (another answer already
-  posted) are answers (:class:`PostAnswer`), not errors.
-
-Error tree::
-
-    NodeClientError
-    +-- Unreachable
-    +-- Unauthorized
-    +-- Disabled
-    +-- Refused
+- **Typed errors** (:mod:`hypertrain.node.errors`, under :class:`NodeClientError`):
+  :class:`Unreachable` (network failure or 5xx after the retries), :class:`Unauthorized` (401),
+  :class:`Disabled` (the lease's 403, with the re-enable time), :class:`Refused` (any other
+  non-2xx). A post's 410 (late) and 409 (another answer already posted) are answers
+  (:class:`PostAnswer`), not errors. The network error behind one is kept as its cause.
 """
 
 from __future__ import annotations
@@ -48,7 +41,8 @@ import attrs
 import httpx
 import trio
 
-from hypertrain.node.cache import InputMismatch, InputSpec
+from hypertrain.node.cache import InputSpec
+from hypertrain.node.errors import Disabled, InputMismatch, Refused, Unauthorized, Unreachable
 from hypertrain.scoring.inputs import check_input_name
 
 __all__ = [
@@ -56,15 +50,10 @@ __all__ = [
     "DEFAULT_TIMEOUTS",
     "MAX_ANSWER_BYTES",
     "MAX_RESULT_BYTES",
-    "Disabled",
     "NodeClient",
-    "NodeClientError",
     "NodeTimeouts",
     "PostAnswer",
-    "Refused",
     "RetryPolicy",
-    "Unauthorized",
-    "Unreachable",
 ]
 
 MAX_ANSWER_BYTES: Final = 1 << 20
@@ -74,37 +63,6 @@ MAX_RESULT_BYTES: Final = 64 * 1024
 LEASE_HEADER: Final = "X-HT-Lease"
 
 T = TypeVar("T")
-
-
-class NodeClientError(Exception):
-    """A compute route did not give a usable answer."""
-
-
-class Unreachable(NodeClientError):
-    """The coordinator could not be reached, or answered 5xx, after the retries."""
-
-
-class Unauthorized(NodeClientError):
-    """401: the coordinator does not know this key."""
-
-
-class Disabled(NodeClientError):
-    """The lease's 403: the node is disabled (strikes) until ``reenable_at_ms`` (unix ms)."""
-
-    def __init__(self, detail: str, reenable_at_ms: int | None, reenable_at: str | None) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.reenable_at_ms = reenable_at_ms
-        self.reenable_at = reenable_at
-
-
-class Refused(NodeClientError):
-    """Any other non-2xx answer (or an unreadable one): ``status`` and the ``detail``."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(f"HTTP {status}: {detail}")
-        self.status = status
-        self.detail = detail
 
 
 @attrs.frozen
@@ -251,7 +209,7 @@ class NodeClient:
                 return await call()
             except retry_on as e:
                 if attempt + 1 >= self.retry.attempts:
-                    raise Unreachable(_why(e)) from None
+                    raise Unreachable(_why(e)) from e
             await trio.sleep(self.retry.delay(attempt, self._jitter()))
         raise AssertionError("unreachable")
 
@@ -291,7 +249,7 @@ class NodeClient:
         try:
             return await self._retrying(call, retry_on=retry_on)
         except (httpx.TransportError, _ServerError) as e:
-            raise Unreachable(_why(e)) from None
+            raise Unreachable(_why(e)) from e
 
     async def lease(
         self, capabilities: Sequence[str], hardware: str, wait_ms: int | None = None
@@ -315,7 +273,7 @@ class NodeClient:
                 )
             job = self._check(status, answer).get("job")
         except (httpx.TransportError, _ServerError) as e:
-            raise Unreachable(_why(e)) from None
+            raise Unreachable(_why(e)) from e
         if job is not None and not isinstance(job, dict):
             raise Refused(status, "the lease answer's job is not an object")
         return job
@@ -347,7 +305,7 @@ class NodeClient:
                 return
             except (httpx.TransportError, _ServerError) as e:
                 if started or attempt + 1 >= self.retry.attempts:
-                    raise Unreachable(f"input {spec.name}: {_why(e)}") from None
+                    raise Unreachable(f"input {spec.name}: {_why(e)}") from e
             await trio.sleep(self.retry.delay(attempt, self._jitter()))
 
     async def post_result(self, copy_id: str, body: dict[str, Any]) -> PostAnswer:
@@ -366,7 +324,7 @@ class NodeClient:
         try:
             checked = self._check(status, answer)
         except _ServerError as e:
-            raise Refused(e.status, e.detail) from None
+            raise Refused(e.status, e.detail) from e
         verdict = checked.get("status")
         return PostAnswer(200, verdict if isinstance(verdict, str) else None, "", checked)
 

@@ -38,10 +38,11 @@ from hypertrain.cli.common import (
 )
 from hypertrain.compute.keys import check_handle
 from hypertrain.node.client import NodeClient
-from hypertrain.node.identity import IdentityError, coordinator_url
-from hypertrain.node.nodefile import NodeFileError, node_dir
+from hypertrain.node.errors import IdentityError, NodeFatal, NodeFileError
+from hypertrain.node.identity import coordinator_url
+from hypertrain.node.nodefile import node_dir
 from hypertrain.node.probe import probe_machine
-from hypertrain.node.runner import NodeFatal, NodeRunner, NodeStatistics, Probed
+from hypertrain.node.runner import NodeRunner, NodeStatistics, Probed
 from hypertrain.protocol.errors import Malformed
 from hypertrain.scoring.sandbox import run_scorer
 from nurseries import SystemClock, open_supervisor

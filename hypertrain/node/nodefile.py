@@ -24,13 +24,13 @@ from typing import Any, Final
 import attrs
 
 from hypertrain.compute.keys import is_node_key
+from hypertrain.node.errors import NodeFileError
 from hypertrain.protocol.errors import KeyfileError
 from hypertrain.protocol.keys import read_private_file
 
 __all__ = [
     "DIR_ENV",
     "NODE_FILE",
-    "NodeFileError",
     "NodeRecord",
     "is_node_key",
     "load_record",
@@ -41,10 +41,6 @@ __all__ = [
 DIR_ENV: Final = "HYPERTRAIN_NODE_DIR"
 NODE_FILE: Final = "node.json"
 _MAX_FILE: Final = 64 * 1024
-
-
-class NodeFileError(Exception):
-    """node.json or the node directory is unusable; the message says why (exit status 2)."""
 
 
 def node_dir(flag: str | None, environ: Mapping[str, str]) -> Path:
@@ -81,7 +77,7 @@ def load_record(directory: Path) -> NodeRecord | None:
     except FileNotFoundError:
         return None
     except KeyfileError as e:
-        raise NodeFileError(e.detail) from None
+        raise NodeFileError(e.detail) from e
     try:
         data = json.loads(raw)
         record = NodeRecord(
@@ -92,7 +88,7 @@ def load_record(directory: Path) -> NodeRecord | None:
             saved_at=int(data["saved_at"]),
         )
     except (ValueError, KeyError, TypeError) as e:
-        raise NodeFileError(f"{path}: not a node record ({e})") from None
+        raise NodeFileError(f"{path}: not a node record ({e})") from e
     if not is_node_key(record.key):
         raise NodeFileError(f"{path}: the saved key is not a node key (ht_ + 32 base62)")
     return record
@@ -103,9 +99,7 @@ def save_record(directory: Path, record: NodeRecord) -> Path:
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as e:
-        raise NodeFileError(
-            f"{directory}: cannot create the node directory ({e.strerror})"
-        ) from None
+        raise NodeFileError(f"{directory}: cannot create the node directory ({e.strerror})") from e
     path = directory / NODE_FILE
     tmp = directory / f".{NODE_FILE}.{os.getpid()}.tmp"
     data = json.dumps(record.to_json(), indent=2, sort_keys=True).encode() + b"\n"
@@ -121,5 +115,5 @@ def save_record(directory: Path, record: NodeRecord) -> Path:
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)
-        raise NodeFileError(f"{path}: cannot write ({e.strerror})") from None
+        raise NodeFileError(f"{path}: cannot write ({e.strerror})") from e
     return path

@@ -27,17 +27,14 @@ import attrs
 
 from hypertrain.compute.answers import ERROR_TEXT_LIMIT
 from hypertrain.node.cache import InputSpec
+from hypertrain.node.errors import BadOffer
 from hypertrain.scoring.inputs import BadInput, check_input_name
 from hypertrain.scoring.outcome import ScoreOutcome
 from hypertrain.scoring.registry import REGISTRY, Challenge
 
-__all__ = ["BadOffer", "JobOffer", "describe", "fit", "result_body"]
+__all__ = ["JobOffer", "describe", "fit", "result_body"]
 
 """Characters of a failure's diagnostic text that are posted."""
-
-
-class BadOffer(Exception):
-    """The lease answer's job is malformed or hostile; ``str(e)`` says why, in one line."""
 
 
 def _str(data: Mapping[str, Any], name: str) -> str:
@@ -67,7 +64,7 @@ def _inputs(value: object) -> tuple[InputSpec, ...]:
         try:
             specs.append(InputSpec(check_input_name(name), sha256, size))
         except (BadInput, ValueError) as e:
-            raise BadOffer(str(e)) from None
+            raise BadOffer(str(e)) from e
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise BadOffer("inputs: a name appears twice")
@@ -97,7 +94,7 @@ class JobOffer:
         try:
             copy_id = check_input_name(data.get("id"))
         except BadInput as e:
-            raise BadOffer(f"id: {e}") from None
+            raise BadOffer(f"id: {e}") from e
         trace = data.get("trace")
         if trace not in ("public", "hidden"):
             raise BadOffer("trace: not 'public' or 'hidden'")

@@ -7,7 +7,7 @@
   (:func:`~hypertrain.node.identity.choose_key`: ``--key`` > node.json for the same origin >
   mint), register, and save node.json (0600) after every successful register. A coordinator
   that cannot be reached is retried with the loop's backoff (``--once``: exit 1); a refused
-  register (401, 409, 400) is :class:`NodeFatal`.
+  register (401, 409, 400) is :class:`~hypertrain.node.errors.NodeFatal`.
 - **Loop**: re-probe once :data:`CAPABILITY_REFRESH` seconds (Trio time) have passed since the
   last probe; lease (a long poll; lease calls start at least ``min_poll_interval`` apart, so a
   server answering ``{"job": null}`` at once cannot make the node spin). A job is parsed
@@ -23,7 +23,7 @@
   exit 1).
 - **Errors** (unreachable, 5xx, 429, other refusals) back off ``backoff_start`` doubling to
   ``backoff_cap`` seconds, reset by the next successful lease. A 401 during the loop is
-  :class:`NodeFatal` (the key is gone on the coordinator).
+  :class:`~hypertrain.node.errors.NodeFatal` (the key is gone on the coordinator).
 - **Stopping**: cancellation (Ctrl-C/SIGTERM through the supervisor) ends everything at once; a
   job in progress is not posted; :meth:`NodeRunner.statistics` still answers.
 - **Output**: one line per event through ``say`` (stderr in production); never the key.
@@ -43,18 +43,21 @@ import trio
 
 from hypertrain.compute.keys import is_node_key
 from hypertrain.compute.model import iso_ms
-from hypertrain.node.cache import InputCache, InputMismatch
-from hypertrain.node.client import (
+from hypertrain.node.cache import InputCache
+from hypertrain.node.client import NodeClient
+from hypertrain.node.errors import (
+    BadOffer,
     Disabled,
-    NodeClient,
+    InputMismatch,
     NodeClientError,
+    NodeFatal,
     Refused,
     Unauthorized,
     Unreachable,
 )
 from hypertrain.node.identity import choose_key, origin_of
 from hypertrain.node.nodefile import NodeRecord, load_record, save_record
-from hypertrain.node.offer import BadOffer, JobOffer, describe, fit, result_body
+from hypertrain.node.offer import JobOffer, describe, fit, result_body
 from hypertrain.scoring.outcome import ScoreOutcome
 from hypertrain.scoring.registry import REGISTRY, Challenge
 from nurseries import WallClock
@@ -63,7 +66,6 @@ __all__ = [
     "CAPABILITY_REFRESH",
     "DEFAULT_SETTINGS",
     "LastJob",
-    "NodeFatal",
     "NodeRunner",
     "NodeStatistics",
     "Probed",
@@ -75,10 +77,6 @@ CAPABILITY_REFRESH: Final = 600.0
 """Seconds after which the next loop turn probes the machine again (node document)."""
 
 Turn = Literal["empty", "posted", "skipped", "abandoned", "disabled"]
-
-
-class NodeFatal(Exception):
-    """The node cannot go on (register refused, key unknown); exit status 1."""
 
 
 @attrs.frozen
@@ -196,7 +194,7 @@ class NodeRunner:
                 break
             except Unreachable as e:
                 if once:
-                    raise NodeFatal(f"cannot register at {self.client.base_url}: {e}") from None
+                    raise NodeFatal(f"cannot register at {self.client.base_url}: {e}") from e
                 await self._back_off(f"cannot register at {self.client.base_url}: {e}")
         self._backoff = self.settings.backoff_start
         if once:
@@ -228,7 +226,7 @@ class NodeRunner:
                 key, self.handle, probed.capabilities, probed.hardware
             )
         except (Unauthorized, Refused) as e:
-            raise NodeFatal(f"register refused by {self.client.base_url}: {e}") from None
+            raise NodeFatal(f"register refused by {self.client.base_url}: {e}") from e
         minted = answer.get("key")
         if key is None and not isinstance(minted, str):
             raise NodeFatal("the coordinator minted no key")
@@ -278,7 +276,7 @@ class NodeRunner:
             await self._disabled(e, once)
             return "disabled"
         except Unauthorized as e:
-            raise NodeFatal(f"the coordinator no longer knows this node's key: {e}") from None
+            raise NodeFatal(f"the coordinator no longer knows this node's key: {e}") from e
         self._backoff = self.settings.backoff_start
         self._disabled_seen = None
         if job is None:
@@ -359,7 +357,7 @@ class NodeRunner:
             self._say(f"job {label}: {done} -> not delivered")
             raise
         except Unauthorized as e:
-            raise NodeFatal(f"the coordinator no longer knows this node's key: {e}") from None
+            raise NodeFatal(f"the coordinator no longer knows this node's key: {e}") from e
         except Refused as e:
             self._record(offer, outcome, f"refused: {e}")
             self._say(f"job {label}: {done} -> refused ({e})")

@@ -14,9 +14,10 @@ import trio
 import trio.testing
 
 from hypertrain.compute.keys import mint_key
-from hypertrain.node.cache import InputCache, InputMismatch, InputSpec
-from hypertrain.node.client import NodeClient, Refused, RetryPolicy, Unreachable
-from hypertrain.node.identity import IdentityError, coordinator_url, origin_of
+from hypertrain.node.cache import InputCache, InputSpec
+from hypertrain.node.client import NodeClient, RetryPolicy
+from hypertrain.node.errors import IdentityError, InputMismatch, Refused, Unreachable
+from hypertrain.node.identity import coordinator_url, origin_of
 from hypertrain.node.main import main
 
 URL = "http://127.0.0.1:8000"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from hypertrain.node.cache import InputCache, InputMismatch, InputSpec
+from hypertrain.node.cache import InputCache, InputSpec
+from hypertrain.node.errors import InputMismatch, NodeFileError
 from hypertrain.node.nodefile import (
-    NodeFileError,
     NodeRecord,
     is_node_key,
     load_record,
