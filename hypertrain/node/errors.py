@@ -76,7 +76,7 @@ class Unauthorized(NodeClientError):
 class Disabled(NodeClientError):
     """The lease's 403: the node is disabled (strikes) until ``reenable_at_ms`` (unix ms)."""
 
-    def __init__(self, detail: str, reenable_at_ms: int | None, reenable_at: str | None) -> None:
+    def __init__(self, detail: str, reenable_at_ms: int, reenable_at: str) -> None:
         super().__init__(detail)
         self.detail = detail
         self.reenable_at_ms = reenable_at_ms
