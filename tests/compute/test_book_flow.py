@@ -23,7 +23,7 @@ async def test_two_agreeing_nodes_settle_and_are_paid_once(book: Book) -> None:
     assert ga is not None
     assert gb is not None
     assert {ga.copy_id, gb.copy_id} == {f"{job}.1", f"{job}.2"}
-    assert ga.to_json()["inputs"][0]["name"] == "model.json"
+    assert ga.inputs[0].name == "model.json"
     assert ga.deadline_ms == T0 + 1 + 90_000
     assert await book.lease(a, T0 + 3) is None
     status, reply = await book.post(a, ga.copy_id, good(ga), T0 + 10)

@@ -1,4 +1,4 @@
-"""The compute routes' reads that are not the book's own (:mod:`.web.compute`).
+"""The compute routes' transactions that are not the book's own (:mod:`.web.compute`).
 
 - :func:`input_of`: which object a node may download as an input of a copy it holds (403 not
   its lease, wrong token or past the deadline; 404 unknown copy or input name);
@@ -13,14 +13,11 @@ from typing import Any, Final
 
 from hypertrain.compute import Node, secret_matches
 from hypertrain.compute.rows import get_copy, get_job
+from hypertrain.compute.wire import LEASE_HEADER
 from hypertrain.coordinator.tables.runs import get_run, list_runs, next_round_w
 from hypertrain.protocol.errors import Conflict, Forbidden, NotFound
 
-__all__ = ["HIDDEN_TRACE", "LEASE_HEADER", "benchmark_target", "input_of", "job_view"]
-
-LEASE_HEADER: Final = "X-HT-Lease"
-"""The header that carries a copy's lease token on input downloads."""
-
+__all__ = ["HIDDEN_TRACE", "benchmark_target", "input_of", "job_view"]
 
 HIDDEN_TRACE: Final = "trace.u16"
 
@@ -39,8 +36,8 @@ def input_of(
         raise Forbidden(f"copy {copy_id} is no longer leased ({copy.state})")
     job = get_job(conn, copy.job_id)
     for item in job.inputs:
-        if item["name"] == name:
-            return str(item["sha256"]), job.step == "hidden" and name == HIDDEN_TRACE, job.challenge
+        if item.name == name:
+            return item.sha256, job.step == "hidden" and name == HIDDEN_TRACE, job.challenge
     raise NotFound(f"copy {copy_id} has no input {name!r:.80}")
 
 
