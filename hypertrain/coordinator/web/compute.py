@@ -30,9 +30,11 @@ expires at its deadline, without a strike.
 
 Inputs: only the node holding the copy's lease, with its token, before the deadline (403
 otherwise, 404 unknown copy or name); every download of a hidden trace is logged and published
-as a ``trace`` event naming the node. Result: the book's answer is returned as is (200, or 410
-for a late post that counts for nothing); 4xx errors change nothing. Events go out on
-``/v1/events`` as kind ``compute`` (:mod:`.computehub`).
+as a ``trace`` event naming the node. Result: a missing key is 401 before the body is read;
+then ONE write transaction authenticates the key and submits the body
+(:func:`~hypertrain.coordinator.flows.compute.receive_result`), and the book's answer is
+returned as is (200, or 410 for a late post that counts for nothing); 4xx errors change
+nothing. Events go out on ``/v1/events`` as kind ``compute`` (:mod:`.computehub`).
 
 Benchmark (admin, ``{run_id?}``; default the only running run): one ``step-throughput`` step
 (tokens per second of reference training steps of the run's model, from its newest round's
@@ -61,7 +63,6 @@ from hypertrain.compute import (
     lease,
     register_node,
     status,
-    submit_result,
     trace_event,
 )
 from hypertrain.compute.wire import (
@@ -75,7 +76,12 @@ from hypertrain.compute.wire import (
 )
 from hypertrain.coordinator.computehub import WORK, publish_compute
 from hypertrain.coordinator.context import Coordinator
-from hypertrain.coordinator.flows.compute import benchmark_target, input_of, job_view
+from hypertrain.coordinator.flows.compute import (
+    benchmark_target,
+    input_of,
+    job_view,
+    receive_result,
+)
 from hypertrain.coordinator.web.auth import request_bearer, require_admin
 from hypertrain.coordinator.web.http import (
     json_response,
@@ -120,11 +126,14 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     """Add the compute routes to ``app``."""
     hub = ctx.compute
 
-    async def node_of() -> Node:
+    def key_of_request() -> str:
         key = request_bearer()
         if key is None:
             raise AuthError("a node key is required: Authorization: Bearer ht_...")
-        return await ctx.db.write(authenticate, key, _now_ms(ctx))
+        return key
+
+    async def node_of() -> Node:
+        return await ctx.db.write(authenticate, key_of_request(), _now_ms(ctx))
 
     async def post_register() -> Response:
         req = structure(RegisterRequest, await _json())
@@ -196,10 +205,10 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         return object_response(ctx.objects, sha256)
 
     async def post_result(copy_id: str) -> Response:
-        node = await node_of()
-        body = await _json()
+        key = key_of_request()
+        body = await read_body(BODY_LIMIT)
         code, answer, events = await ctx.db.write(
-            partial(submit_result, settings=hub.settings), node, copy_id, body, _now_ms(ctx)
+            partial(receive_result, settings=hub.settings), key, copy_id, body, _now_ms(ctx)
         )
         publish_compute(ctx.events, events)
         hub.work_changed()
