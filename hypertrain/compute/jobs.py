@@ -4,13 +4,13 @@ Promises:
 
 - :func:`enqueue_step` makes one job per ``(subject, step, challenge)`` with two queued copies
   and wait deadline ``now + wait_ms`` (timing challenges: ``now + wait_ms *
-  timing_wait_factor``, the time after which the step ends unscored). It is idempotent: a
-  second enqueue of the same step returns the existing job. The subject is any JSON object (e.g.
+  timing_wait_factor``, the time after which the step ends unscored), and returns its
+  ``queued`` event (``{job, challenge, trace}``). It is idempotent: a second enqueue of the same
+  step returns the existing job and publishes nothing. The subject is any JSON object (e.g.
   ``{"run_id", "w", "hotkey"}``), stored canonically (sorted keys). Inputs must name exactly
   the challenge's input files, in order, each ``{name, sha256, size}`` (stored as
   :class:`~hypertrain.compute.wire.InputFile`). Unknown challenge: ``NotFound``; a bad subject,
-  step or input list: ``Malformed``. There is no event kind for a queued step, so it publishes
-  nothing (the status view counts it).
+  step or input list: ``Malformed``.
 - :func:`job_scores` lists the jobs of a subject with their state and settled result, for the
   round view and the aggregator. :func:`pending_fallbacks` lists the jobs waiting for the
   trusted evaluator (the fallback service's work list, also after a restart).
@@ -108,7 +108,7 @@ def enqueue_step(
             " VALUES (?, ?, ?, 'queued', ?)",
             (f"{job_id}.{seq}", job_id, seq, now_ms),
         )
-    return job_id, []
+    return job_id, [("queued", {"job": job_id, "challenge": challenge_id, "trace": step})]
 
 
 def job_scores(conn: sqlite3.Connection, subject: Mapping[str, Any]) -> list[Job]:

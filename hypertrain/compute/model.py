@@ -5,7 +5,11 @@
   the online window of the status view, the timing window factor).
 - :data:`Event`: what a book function asks its caller to publish, ``(kind, payload)`` with
   ``kind`` in :data:`EVENT_KINDS`. Payloads hold ids and status only: never a key, a lease
-  token, an unsettled answer, or which node holds which copy of an unsettled job.
+  token, an unsettled answer, or which node holds which copy of an unsettled job. They say
+  enough for the caller to know which waiters to wake (:mod:`hypertrain.coordinator.
+  computehub`): ``queued`` (a step enqueued, or a busy copy given back) and ``split`` (a third
+  copy) queue a copy; an ``expired`` copy was replaced when its ``replaced`` is true; ``lease``
+  sets a lease deadline; ``fallback`` hands a step to the trusted evaluator.
 - :class:`Node`, :class:`Job`: frozen rows with their JSON views (the lease grant is a wire
   class, :class:`~hypertrain.compute.wire.LeaseGrant`).
 
@@ -35,6 +39,7 @@ __all__ = [
 
 EventKind = Literal[
     "register",
+    "queued",
     "lease",
     "result",
     "accepted",

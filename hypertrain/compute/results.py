@@ -19,7 +19,8 @@ In order, for the copy's own node with the right token:
    after its deadline (``now > deadline_ms``; the copy is expired now and replaced, as the
    reaper would have done); or its job was settled by the nodes or ended unscored.
 3. ``busy: true``: a non-verdict; the copy is ``released``, a new copy is queued in its place
-   (inside the step's existing window) which this node can never take; no strike.
+   (inside the step's existing window; event ``queued``) which this node can never take; no
+   strike.
 4. Otherwise the answer is counted. If the job waits for the fallback, it is held (``held``)
    and judged when the trusted result arrives; if the fallback already settled it, it is judged
    now (``judged``); else :func:`rules.decide` runs on the job's counted answers and its
@@ -124,9 +125,13 @@ def submit_result(
         return GONE, _gone(copy_id, f"the step is already {job.state}"), []
     if answer.busy:
         _record(conn, copy, answer, "released", now_ms)
+        requeued: list[Event] = []
         if job.state == "queued":
             queue_copy(conn, job, challenge, now_ms, settings, fresh_window=False)
-        return _respond(conn, copy_id, ResultStatus(copy=copy_id, status="released"), [])
+            requeued.append(
+                ("queued", {"job": job.job_id, "challenge": job.challenge, "trace": job.step})
+            )
+        return _respond(conn, copy_id, ResultStatus(copy=copy_id, status="released"), requeued)
     _record(conn, copy, answer, "answered", now_ms)
     answered = counted(conn, job.job_id)
     events: list[Event] = [

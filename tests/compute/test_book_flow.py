@@ -39,6 +39,7 @@ async def test_two_agreeing_nodes_settle_and_are_paid_once(book: Book) -> None:
     assert book.kinds() == [
         "register",
         "register",
+        "queued",
         "lease",
         "lease",
         "result",
@@ -48,7 +49,7 @@ async def test_two_agreeing_nodes_settle_and_are_paid_once(book: Book) -> None:
         "accepted",
     ]
     # Before settlement no event names a node.
-    for kind, payload in book.events[:6]:
+    for kind, payload in book.events[:7]:
         assert "node" not in payload or kind == "register"
 
 

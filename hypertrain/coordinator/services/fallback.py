@@ -27,7 +27,7 @@ import attrs
 import trio
 
 from hypertrain.compute import Answer, Job, parse_answer, pending_fallbacks, settle_trusted
-from hypertrain.coordinator.computehub import FALLBACK, publish_compute
+from hypertrain.coordinator.computehub import FALLBACK
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.protocol.errors import HypertrainError
 from hypertrain.scoring.outcome import ScoreOutcome
@@ -108,5 +108,5 @@ class FallbackPool:
         events = await self.ctx.db.write(
             partial(settle_trusted, settings=hub.settings), job.job_id, answer, now
         )
-        publish_compute(self.ctx.events, events)
+        hub.publish(events)
         log.info("fallback settled job %s (%s): %s", job.job_id, job.challenge, answer.to_json())

@@ -35,7 +35,6 @@ import numpy as np
 import trio
 
 from hypertrain.compute import enqueue_step
-from hypertrain.coordinator.computehub import publish_compute
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.flows.heldout import open_holdout
 from hypertrain.coordinator.flows.scoring import (
@@ -181,7 +180,5 @@ class ScoreFeed:
                     settings=hub.settings,
                 )
             )
-            publish_compute(self.ctx.events, events)
-        hub.work_changed()
-        hub.timers_changed()
+            hub.publish(events)
         return len(traces)

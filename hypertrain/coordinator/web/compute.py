@@ -34,7 +34,9 @@ as a ``trace`` event naming the node. Result: a missing key is 401 before the bo
 then ONE write transaction authenticates the key and submits the body
 (:func:`~hypertrain.coordinator.flows.compute.receive_result`), and the book's answer is
 returned as is (200, or 410 for a late post that counts for nothing); 4xx errors change
-nothing. Events go out on ``/v1/events`` as kind ``compute`` (:mod:`.computehub`).
+nothing. Every route hands the events of its transaction to
+:meth:`~hypertrain.coordinator.computehub.ComputeHub.publish`, which sends them on
+``/v1/events`` as kind ``compute`` and wakes the waiters they concern.
 
 Benchmark (admin, ``{run_id?}``; default the only running run): one ``step-throughput`` step
 (tokens per second of reference training steps of the run's model, from its newest round's
@@ -74,7 +76,7 @@ from hypertrain.compute.wire import (
     LeaseRequest,
     RegisterRequest,
 )
-from hypertrain.coordinator.computehub import WORK, publish_compute
+from hypertrain.coordinator.computehub import WORK
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.flows.compute import (
     benchmark_target,
@@ -147,7 +149,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 now_ms=_now_ms(ctx),
             )
         )
-        publish_compute(ctx.events, events)
+        hub.publish(events)
         return json_response(unstructure(node.register_answer(minted)))
 
     async def post_lease() -> Response:
@@ -177,9 +179,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                     settings=hub.settings,
                 )
             )
-            publish_compute(ctx.events, events)
-            if grant is not None:
-                hub.timers_changed()
+            hub.publish(events)
             if grant is not None or trio.current_time() >= deadline:
                 return json_response(unstructure(LeaseAnswer(grant)))
             woken = await hub.waiter.wait(WORK, deadline=deadline)
@@ -201,7 +201,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 node.handle,
                 copy_id,
             )
-            publish_compute(ctx.events, [trace_event(node.node_id, challenge, "hidden")])
+            hub.publish([trace_event(node.node_id, challenge, "hidden")])
         return object_response(ctx.objects, sha256)
 
     async def post_result(copy_id: str) -> Response:
@@ -210,10 +210,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         code, answer, events = await ctx.db.write(
             partial(receive_result, settings=hub.settings), key, copy_id, body, _now_ms(ctx)
         )
-        publish_compute(ctx.events, events)
-        hub.work_changed()
-        hub.timers_changed()
-        hub.fallback_changed()
+        hub.publish(events)
         return json_response(unstructure(answer), code)
 
     inputs = parts.inputs
@@ -248,9 +245,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 settings=hub.settings,
             )
         )
-        publish_compute(ctx.events, events)
-        hub.work_changed()
-        hub.timers_changed()
+        hub.publish(events)
         return json_response({"job": job_id, "run_id": run_id, "w": w})
 
     async def get_job_view(job_id: str) -> Response:
