@@ -470,3 +470,35 @@ async def test_a_result_post_is_one_write_transaction(
     assert (counted.status_code, changed.status_code) == (200, 409)
     assert (between.writes - before.writes, between.rollbacks - before.rollbacks) == (1, 0)
     assert (after.writes - between.writes, after.rollbacks - between.rollbacks) == (0, 1)
+
+
+async def test_malformed_lease_and_result_bodies_are_400_naming_the_field(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with _daemon(tmp_path, Fallbacks()) as (handle, client):
+        node = await _node(client)
+        await _enqueue(handle, "x")
+        refused = []
+        for body, field in [
+            ({"wait_ms": True}, "wait_ms"),
+            ({"wait_ms": 25_001}, "wait_ms"),
+            ({"wait_ms": 2**60}, "wait_ms"),
+            ({"capabilities": "delta-loss"}, "capabilities"),
+            ({"waitMs": 1000}, "unknown field"),
+        ]:
+            r = await client.post("/v1/compute/jobs/lease", json=body, headers=_auth(node))
+            refused.append((r, field))
+        job = (await _lease(client, node)).json()["job"]
+        url = f"/v1/compute/jobs/{job['id']}/result"
+        for body, field in [
+            ({"lease": job["lease"], "ok": True, "result": [1]}, "result"),
+            ({"lease": job["lease"], "ok": 1}, "ok"),
+            ({"lease": job["lease"], "ok": False, "class": 3}, "class"),
+            ({"lease": job["lease"], "ok": True, "result": {**LOSS, "wallMs": True}}, "wallMs"),
+        ]:
+            refused.append((await client.post(url, json=body, headers=_auth(node)), field))
+        counted = await _post(client, node, job, LOSS)
+    for response, field in refused:
+        assert response.status_code == 400, (field, response.text)
+        assert field in response.json()["detail"]
+    assert counted.json()["status"] == "counted"

@@ -17,9 +17,10 @@ from hypertrain.compute.keys import mint_key
 from hypertrain.compute.wire import InputFile, ResultPost
 from hypertrain.node.cache import InputCache
 from hypertrain.node.client import NodeClient, RetryPolicy
-from hypertrain.node.errors import IdentityError, InputMismatch, Refused, Unreachable
+from hypertrain.node.errors import BadOffer, IdentityError, InputMismatch, Refused, Unreachable
 from hypertrain.node.identity import coordinator_url, origin_of
 from hypertrain.node.main import main
+from tests.node.fake import FakeCoordinator
 
 URL = "http://127.0.0.1:8000"
 KEY = mint_key()
@@ -193,3 +194,31 @@ def test_main_reports_usage_errors_in_one_line_with_status_2(
     (tmp_path / "node.json").chmod(0o644)
     assert main(["--dir", str(tmp_path), "--once"]) == 2
     assert "lets others read it" in capsys.readouterr().err
+
+
+async def test_a_hostile_lease_answer_is_a_bad_offer_naming_the_field(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Decoded by the shared wire class before anything is fetched: bools are not ints, ints
+    stay within 2^53 - 1, names are safe; an answer that is not an object at all is refused."""
+    good = FakeCoordinator().offer("j1.1")
+    cases = [
+        ({**good, "version": True}, "version"),
+        ({**good, "deadline_ms": 2**53}, "deadline_ms"),
+        ({**good, "inputs": [{**good["inputs"][0], "name": "../x"}]}, "name"),
+        ({**good, "lease": 7}, "token"),
+    ]
+    requests: list[httpx.Request] = []
+    for job, field in cases:
+
+        def handler(request: httpx.Request, job: object = job) -> httpx.Response:
+            requests.append(request)
+            return httpx.Response(200, json={"job": job})
+
+        async with _client(handler) as client:
+            with pytest.raises(BadOffer, match=field):
+                await client.lease(["delta-loss"], "cpu-generic")
+    assert all(r.url.path == "/v1/compute/jobs/lease" for r in requests)
+    async with _client(lambda r: httpx.Response(200, json=[good])) as client:
+        with pytest.raises(Refused, match="not a JSON object"):
+            await client.lease(["delta-loss"], "cpu-generic")
