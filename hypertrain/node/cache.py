@@ -8,11 +8,10 @@ file edited or corrupted on disk is deleted and fetched anew, never trusted beca
 so (spec/compute-network.md scenario 33). An input declared larger than
 :data:`MAX_INPUT_BYTES` is refused before anything is fetched. A fetch streams into a temporary
 file with the declared size as a hard cap; a body of another size or hash is discarded and
-reported
-(:class:`~hypertrain.node.errors.InputMismatch`), nothing is renamed into place. The job's
-scorer gets a private view (:meth:`InputCache.link_job`): a fresh directory of hard links named
-by the input names, which the names check (:func:`~hypertrain.scoring.inputs.check_input_name`)
-keeps inside it.
+reported (:class:`~hypertrain.node.errors.InputMismatch`), nothing is renamed into place. The
+job's scorer gets a private view (:meth:`InputCache.link_job`): a fresh directory of hard links
+named by the input names, which the names check
+(:func:`~hypertrain.scoring.inputs.check_input_name`) keeps inside it.
 """
 
 from __future__ import annotations

@@ -233,12 +233,11 @@ class NodeRunner:
         except (Unauthorized, Refused) as e:
             raise NodeFatal(f"register refused by {self.client.base_url}: {e}") from e
         minted = answer.key
-        if key is None and minted is None:
-            raise NodeFatal("the coordinator minted no key")
         key = minted if key is None else key
+        if key is None:
+            raise NodeFatal("the coordinator minted no key")
         if not is_node_key(key):
             raise NodeFatal("the coordinator minted a key of the wrong shape")
-        assert key is not None
         node_id, handle = answer.node_id, answer.handle
         record = NodeRecord(
             key=key,
