@@ -5,11 +5,14 @@ Plain read helpers of a ``sqlite3.Connection`` shared by the book's transitions:
 a job by ``seq``) and :func:`counted` (the answered copies in the order they were counted).
 :class:`Copy` is a decoded copy row; its ``answer`` is the canonical :class:`Answer` and its
 ``response`` the :data:`~hypertrain.compute.wire.ResultAnswer` it was first answered with. A
-job's inputs are :class:`~hypertrain.compute.wire.InputFile` records (stored as their JSON).
+job's inputs are :class:`~hypertrain.compute.wire.InputFile` records (stored as their JSON,
+which never changes for a job: the decoded tuple is cached by that text, since the lease and
+result transactions read a job several times).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from typing import Any, Final, Literal
@@ -54,6 +57,11 @@ class Copy:
     verdict: Verdict | None
 
 
+@functools.lru_cache(maxsize=4096)
+def _input_files(text: str) -> tuple[InputFile, ...]:
+    return tuple(structure(InputFile, item) for item in json.loads(text))
+
+
 def job_from_row(row: tuple[Any, ...]) -> Job:
     """Decode a row selected with :data:`JOB_COLUMNS`."""
     (job_id, challenge, version, subject, step, inputs, created, wait, deadline) = row[:9]
@@ -64,7 +72,7 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
         version=version,
         subject=json.loads(subject),
         step=step,
-        inputs=tuple(structure(InputFile, item) for item in json.loads(inputs)),
+        inputs=_input_files(inputs),
         created_ms=created,
         wait_ms=wait,
         wait_deadline_ms=deadline,
