@@ -62,7 +62,7 @@ import httpx
 import trio
 from _hello import hello_app
 
-from hypertrain.compute import enqueue_step
+from hypertrain.compute import Event, enqueue_step
 from hypertrain.coordinator.settings import CoordinatorSettings
 from hypertrain.daemon.main import DaemonHandle, serve_daemon
 from hypertrain.daemon.settings import DaemonSettings
@@ -325,9 +325,10 @@ async def _fill_book(handle: DaemonHandle, jobs: int) -> None:
     now_ms = int(ctx.wall.now() * 1000)
     tag = secrets.token_hex(4)
 
-    def fill(conn: sqlite3.Connection) -> None:
+    def fill(conn: sqlite3.Connection) -> list[Event]:
+        events: list[Event] = []
         for i in range(jobs):
-            enqueue_step(
+            _, queued = enqueue_step(
                 conn,
                 challenge_id=DELTA_LOSS.id,
                 subject={"bench": tag, "i": i},
@@ -337,10 +338,10 @@ async def _fill_book(handle: DaemonHandle, jobs: int) -> None:
                 wait_ms=STEP_WAIT_MS,
                 settings=ctx.compute.settings,
             )
+            events += queued
+        return events
 
-    await ctx.db.write(fill)
-    ctx.compute.work_changed()
-    ctx.compute.timers_changed()
+    ctx.compute.publish(await ctx.db.write(fill))
 
 
 def _queued(conn: sqlite3.Connection) -> int:

@@ -1,8 +1,9 @@
 """The coordinator's compute-job book: node keys, answers, agreement rules, and the SQLite
 state machine of jobs, copies, leases, strikes and credit (issue 8 item 1; no HTTP here).
 
-Pure modules (no clock, no I/O): :mod:`.keys` (node keys, lease tokens, handles),
-:mod:`.answers` (a posted result parsed into an :class:`Answer`), :mod:`.rules` (agreement,
+Pure modules (no clock, no I/O): :mod:`.wire` (every body of the compute routes, shared with
+the node: requests, grants, answers), :mod:`.keys` (node keys, lease tokens, handles),
+:mod:`.answers` (a posted result checked into an :class:`Answer`), :mod:`.rules` (agreement,
 decisions, judging, the UTC day), :mod:`.model` (settings, events, records).
 
 Store functions (each the body of ONE ``db.write``/``db.read`` transaction; each takes the wall
@@ -18,13 +19,7 @@ Life of a step: ``enqueue_step`` -> two queued copies -> ``lease`` (two differen
 struck) | fallback (``fallback_due``/rules -> the trusted evaluator -> ``settle_trusted``).
 """
 
-from hypertrain.compute.answers import (
-    ERROR_TEXT_LIMIT,
-    Answer,
-    PostedResult,
-    parse_answer,
-    parse_body,
-)
+from hypertrain.compute.answers import ERROR_TEXT_LIMIT, Answer, answer_of, parse_answer
 from hypertrain.compute.fallback import settle_trusted
 from hypertrain.compute.jobs import canonical_subject, enqueue_step, job_scores, pending_fallbacks
 from hypertrain.compute.keys import (
@@ -44,7 +39,6 @@ from hypertrain.compute.model import (
     Event,
     EventKind,
     Job,
-    LeaseGrant,
     Node,
     iso_ms,
     trace_event,
@@ -57,7 +51,7 @@ from hypertrain.compute.nodes import (
     normalise_hardware,
     register_node,
 )
-from hypertrain.compute.results import GONE, submit_result
+from hypertrain.compute.results import GONE, Submitted, submit_result
 from hypertrain.compute.rules import (
     DAY_MS,
     Decision,
@@ -72,6 +66,12 @@ from hypertrain.compute.rules import (
 )
 from hypertrain.compute.status import status
 from hypertrain.compute.timers import expire_due, fallback_due, next_deadline_ms
+from hypertrain.compute.wire import (
+    InputFile,
+    LeaseGrant,
+    ResultAnswer,
+    ResultPost,
+)
 
 __all__ = [
     "DAY_MS",
@@ -85,12 +85,16 @@ __all__ = [
     "Decision",
     "Event",
     "EventKind",
+    "InputFile",
     "Job",
     "LeaseGrant",
     "Node",
-    "PostedResult",
+    "ResultAnswer",
+    "ResultPost",
+    "Submitted",
     "Verdict",
     "agree",
+    "answer_of",
     "authenticate",
     "canonical_subject",
     "check_handle",
@@ -114,7 +118,6 @@ __all__ = [
     "normalise_capabilities",
     "normalise_hardware",
     "parse_answer",
-    "parse_body",
     "pending_fallbacks",
     "register_node",
     "secret_hash",

@@ -1,16 +1,17 @@
-"""A node's posted result, parsed strictly against its job's challenge into an :class:`Answer`.
+"""A node's posted result, checked against its job's challenge into an :class:`Answer`.
 
-The body of ``POST /v1/compute/jobs/<copy>/result`` (after the route's strict JSON parse) is::
+The body of ``POST /v1/compute/jobs/<copy>/result`` is a :class:`~hypertrain.compute.wire.
+ResultPost` (decoded by the converter: exactly ``lease``, ``ok``, ``result``, ``class``,
+``error``, ``busy``, each of its JSON type)::
 
     {"lease": "lt_...", "ok": true,  "result": {"<objective>": ..., "fingerprint": "<hex>",
                                                 "wallMs": 812, ...other fields}}
     {"lease": "lt_...", "ok": false, "error": "<text>", "class": "oom"}
     {"lease": "lt_...", "ok": false, "busy": true}
 
-Promises of :func:`parse_body` (``Malformed``, HTTP 400, naming the field, otherwise):
+Promises of :func:`answer_of` and :func:`parse_answer` (``Malformed``, HTTP 400, naming the
+field, otherwise):
 
-- Top-level keys are exactly ``lease`` (required string), ``ok`` (required bool), ``result``,
-  ``error``, ``class``, ``busy``; any other key is refused.
 - ``ok: true`` needs a ``result`` object holding the objective, ``fingerprint`` and ``wallMs``;
   it may not carry ``class`` or ``busy: true``. Other keys inside ``result`` are allowed, kept
   nowhere and never compared.
@@ -19,15 +20,16 @@ Promises of :func:`parse_body` (``Malformed``, HTTP 400, naming the field, other
   characters). A timing challenge's objective is a finite JSON number > 0 (ints and floats
   alike: ``1`` and ``1.0`` are the same answer); strings, bools, NaN, Infinity, overflowing
   numbers, 0 and -0 are refused.
-- ``fingerprint``: 8-128 lower-case hex characters. ``wallMs``: a non-negative int, kept for
-  display only, never compared.
+- ``fingerprint``: 8-128 lower-case hex characters. ``wallMs``: a non-negative int (at most
+  :data:`MAX_WALL_MS`), kept for display only, never compared.
 - ``ok: false`` carries a failure class in ``class`` (``timeout``, ``oom``, ``bad-input``,
   ``crash``; a missing or unknown class string is ``crash``); ``result`` must be absent or
   null; ``error`` is optional text kept only for display, cut to :data:`ERROR_TEXT_LIMIT`.
 - ``busy: true`` (only with ``ok: false``) is a non-verdict: the node gave the copy back.
 
 :meth:`Answer.key` is the canonical comparison form (busy, ok and failure class, objective,
-fingerprint); two posts with equal keys are the same answer. Pure: no clock, no I/O.
+fingerprint); two posts with equal keys are the same answer. :meth:`Answer.to_json` is the
+form the book stores (and publishes once settled). Pure: no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -40,25 +42,26 @@ from typing import Any, Final
 
 import attrs
 
+from hypertrain.compute.wire import ResultPost
 from hypertrain.protocol.errors import Malformed
 from hypertrain.scoring.registry import FAILURE_CLASSES, Challenge, FailureClass
 
 __all__ = [
     "ERROR_TEXT_LIMIT",
+    "MAX_WALL_MS",
     "Answer",
-    "PostedResult",
+    "answer_of",
     "parse_answer",
-    "parse_body",
 ]
 
 ERROR_TEXT_LIMIT: Final = 500
 """Characters of a failed answer's ``error`` text kept for display."""
+MAX_WALL_MS: Final = 10**12
+"""Largest ``wallMs`` an answer may report."""
 
-_TOP_LEVEL: Final = frozenset({"lease", "ok", "result", "error", "class", "busy"})
 _FINGERPRINT: Final = re.compile(r"[0-9a-f]{8,128}")
 _OBJECTIVE_SHAPES: Final[Mapping[str, re.Pattern[str]]] = {"delta-loss": re.compile(r"[0-9a-f]{8}")}
 _DEFAULT_OBJECTIVE: Final = re.compile(r"[\x20-\x7e]{1,128}")
-_MAX_WALL_MS: Final = 10**12
 
 
 @attrs.frozen(kw_only=True)
@@ -125,59 +128,43 @@ class Answer:
         return cls.success(data["objective"], data["fingerprint"], wall_ms=data.get("wall_ms"))
 
 
-@attrs.frozen
-class PostedResult:
-    """A parsed result body: the lease token it carries and its answer."""
-
-    lease: str
-    answer: Answer
-
-
-def parse_body(challenge: Challenge, body: object) -> PostedResult:
-    """Parse a whole result body (module doc); ``Malformed`` naming the field otherwise."""
-    if not isinstance(body, dict):
-        raise Malformed("result body: must be a JSON object")
-    extra = sorted(set(body) - _TOP_LEVEL)
-    if extra:
-        raise Malformed(f"result body: unknown keys {extra}")
-    lease = body.get("lease")
-    if not isinstance(lease, str) or not lease:
-        raise Malformed("lease: the lease token of this copy is required")
-    return PostedResult(lease, parse_answer(challenge, body))
+def answer_of(challenge: Challenge, post: ResultPost) -> Answer:
+    """The answer a result post carries for a job of ``challenge`` (module doc)."""
+    return parse_answer(
+        challenge,
+        ok=post.ok,
+        result=post.result,
+        failure=post.class_,
+        error=post.error,
+        busy=post.busy,
+    )
 
 
-def parse_answer(challenge: Challenge, body: Mapping[str, Any]) -> Answer:
-    """The answer part of a body (``ok``, ``result``, ``error``, ``class``, ``busy``).
-
-    Also used for the fallback evaluator's own result, which has no lease token.
-    """
-    ok = body.get("ok")
-    if not isinstance(ok, bool):
-        raise Malformed("ok: must be true or false")
-    busy = body.get("busy", False)
-    if not isinstance(busy, bool):
-        raise Malformed("busy: must be true or false")
-    error = body.get("error")
-    if error is not None and not isinstance(error, str):
-        raise Malformed("error: must be a string or null")
+def parse_answer(
+    challenge: Challenge,
+    *,
+    ok: bool,
+    result: Mapping[str, Any] | None = None,
+    failure: str | None = None,
+    error: str | None = None,
+    busy: bool = False,
+) -> Answer:
+    """An answer from its parts (module doc): a node's post (:func:`answer_of`) or the
+    fallback evaluator's own outcome, which has no lease token."""
     if ok:
         if busy:
             raise Malformed("busy: a busy answer has ok false")
-        if body.get("class") is not None:
+        if failure is not None:
             raise Malformed("class: only a failed answer has a failure class")
-        return _parse_success(challenge, body.get("result"))
-    if body.get("result") is not None:
+        return _parse_success(challenge, result)
+    if result is not None:
         raise Malformed("result: a failed answer carries no result")
     if busy:
         return Answer.busy_answer()
-    return Answer.failed(_failure_class(body.get("class")), error=_display(error))
+    return Answer.failed(_failure_class(failure), error=_display(error))
 
 
-def _failure_class(value: object) -> FailureClass:
-    if value is None:
-        return "crash"
-    if not isinstance(value, str):
-        raise Malformed("class: must be a string")
+def _failure_class(value: str | None) -> FailureClass:
     for known in FAILURE_CLASSES:
         if value == known:
             return known
@@ -188,8 +175,8 @@ def _display(error: str | None) -> str | None:
     return None if error is None else error[:ERROR_TEXT_LIMIT]
 
 
-def _parse_success(challenge: Challenge, result: object) -> Answer:
-    if not isinstance(result, dict):
+def _parse_success(challenge: Challenge, result: Mapping[str, Any] | None) -> Answer:
+    if result is None:
         raise Malformed("result: an ok answer needs a result object")
     name = challenge.objective
     if name not in result:
@@ -203,7 +190,7 @@ def _parse_success(challenge: Challenge, result: object) -> Answer:
     if not isinstance(fingerprint, str) or _FINGERPRINT.fullmatch(fingerprint) is None:
         raise Malformed("result.fingerprint: 8-128 lower-case hex characters")
     wall_ms = result.get("wallMs")
-    if type(wall_ms) is not int or not 0 <= wall_ms <= _MAX_WALL_MS:
+    if type(wall_ms) is not int or not 0 <= wall_ms <= MAX_WALL_MS:
         raise Malformed("result.wallMs: a non-negative integer of milliseconds")
     return Answer.success(objective, fingerprint, wall_ms=wall_ms)
 
@@ -213,8 +200,8 @@ def _timing_objective(name: str, value: object) -> float:
         raise Malformed(f"result.{name}: must be a JSON number")
     try:
         number = float(value)  # type: ignore[arg-type]
-    except OverflowError:
-        raise Malformed(f"result.{name}: out of range") from None
+    except OverflowError as e:
+        raise Malformed(f"result.{name}: out of range") from e
     if not math.isfinite(number) or number <= 0.0:
         raise Malformed(f"result.{name}: must be finite and > 0")
     return number

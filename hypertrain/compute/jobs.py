@@ -4,12 +4,13 @@ Promises:
 
 - :func:`enqueue_step` makes one job per ``(subject, step, challenge)`` with two queued copies
   and wait deadline ``now + wait_ms`` (timing challenges: ``now + wait_ms *
-  timing_wait_factor``, the time after which the step ends unscored). It is idempotent: a second
-  enqueue of the same step returns the existing job and publishes nothing. The subject is any
-  JSON object (e.g. ``{"run_id", "w", "hotkey"}``), stored canonically (sorted keys). Inputs
-  must name exactly the challenge's input files, in order, each ``{name, sha256, size}``.
-  Unknown challenge: ``NotFound``; a bad subject, step or input list: ``Malformed``. There is
-  no event kind for a queued step, so it publishes nothing (the status view counts it).
+  timing_wait_factor``, the time after which the step ends unscored), and returns its
+  ``queued`` event (``{job, challenge, trace}``). It is idempotent: a second enqueue of the same
+  step returns the existing job and publishes nothing. The subject is any JSON object (e.g.
+  ``{"run_id", "w", "hotkey"}``), stored canonically (sorted keys). Inputs must name exactly
+  the challenge's input files, in order, each ``{name, sha256, size}`` (stored as
+  :class:`~hypertrain.compute.wire.InputFile`). Unknown challenge: ``NotFound``; a bad subject,
+  step or input list: ``Malformed``.
 - :func:`job_scores` lists the jobs of a subject with their state and settled result, for the
   round view and the aggregator. :func:`pending_fallbacks` lists the jobs waiting for the
   trusted evaluator (the fallback service's work list, also after a restart).
@@ -25,8 +26,9 @@ from typing import Any, Final
 
 from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event, Job
 from hypertrain.compute.rows import JOB_COLUMNS, job_from_row
+from hypertrain.compute.wire import InputFile
+from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import Malformed, NotFound
-from hypertrain.protocol.validators import is_hex64
 from hypertrain.scoring.registry import Challenge, UnknownChallenge, get_challenge
 
 __all__ = ["canonical_subject", "enqueue_step", "job_scores", "pending_fallbacks"]
@@ -44,24 +46,15 @@ def canonical_subject(subject: object) -> str:
         raise Malformed("subject: only JSON values") from None
 
 
-def _inputs(challenge: Challenge, inputs: object) -> list[dict[str, Any]]:
+def _inputs(challenge: Challenge, inputs: object) -> tuple[InputFile, ...]:
     if not isinstance(inputs, Sequence) or isinstance(inputs, str):
         raise Malformed("inputs: a list of {name, sha256, size}")
-    names = []
-    checked = []
-    for item in inputs:
-        if not isinstance(item, Mapping) or set(item) != {"name", "sha256", "size"}:
-            raise Malformed("inputs: each is exactly {name, sha256, size}")
-        name, sha, size = item["name"], item["sha256"], item["size"]
-        if not is_hex64(sha):
-            raise Malformed(f"inputs: {name!r} needs a lower-case sha256 hex")
-        if type(size) is not int or size < 0:
-            raise Malformed(f"inputs: {name!r} needs a non-negative integer size")
-        names.append(name)
-        checked.append({"name": name, "sha256": sha, "size": size})
-    if tuple(names) != challenge.inputs:
+    files = tuple(
+        structure(InputFile, dict(item) if isinstance(item, Mapping) else item) for item in inputs
+    )
+    if tuple(f.name for f in files) != challenge.inputs:
         raise Malformed(f"inputs: {challenge.id} reads exactly {list(challenge.inputs)}")
-    return checked
+    return files
 
 
 def enqueue_step(
@@ -103,7 +96,7 @@ def enqueue_step(
             challenge.version,
             subject_text,
             step,
-            json.dumps(files),
+            json.dumps([unstructure(f) for f in files]),
             now_ms,
             wait_ms,
             now_ms + wait_ms * factor,
@@ -115,7 +108,7 @@ def enqueue_step(
             " VALUES (?, ?, ?, 'queued', ?)",
             (f"{job_id}.{seq}", job_id, seq, now_ms),
         )
-    return job_id, []
+    return job_id, [("queued", {"job": job_id, "challenge": challenge_id, "trace": step})]
 
 
 def job_scores(conn: sqlite3.Connection, subject: Mapping[str, Any]) -> list[Job]:

@@ -15,10 +15,10 @@ Promises of :func:`lease`:
   node's list; for a timing challenge the node's hardware equals the challenge's class; and the
   node never held ANY copy of that job (expired, released and answered ones included; the
   store's unique index on (job, node) enforces it too).
-- The grant carries a fresh lease token, returned only here and stored hashed, and
-  ``deadline_ms = now + kill_after_ms + lease_grace_ms``; a result counts up to and including
-  that millisecond. Nothing eligible: ``None`` and no event. The ``lease`` event names the job,
-  never the node.
+- The grant (:class:`~hypertrain.compute.wire.LeaseGrant`) carries a fresh lease token,
+  returned only here and stored hashed, and ``deadline_ms = now + kill_after_ms +
+  lease_grace_ms``; a result counts up to and including that millisecond. Nothing eligible:
+  ``None`` and no event. The ``lease`` event names the job, never the node.
 """
 
 from __future__ import annotations
@@ -26,14 +26,7 @@ from __future__ import annotations
 import sqlite3
 
 from hypertrain.compute.keys import mint_lease_token, secret_hash
-from hypertrain.compute.model import (
-    DEFAULT_SETTINGS,
-    ComputeSettings,
-    Event,
-    LeaseGrant,
-    Node,
-    iso_ms,
-)
+from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event, Node, iso_ms
 from hypertrain.compute.nodes import (
     get_node,
     normalise_capabilities,
@@ -41,6 +34,7 @@ from hypertrain.compute.nodes import (
     set_profile,
 )
 from hypertrain.compute.rows import get_job
+from hypertrain.compute.wire import LeaseGrant
 from hypertrain.protocol.errors import Forbidden
 from hypertrain.scoring.registry import REGISTRY, Challenge, get_challenge
 
@@ -110,6 +104,7 @@ def lease(
         job_id=job_id,
         challenge=challenge.id,
         base=challenge.capability,
+        step=f"{job_id}/{job.step}",
         trace=job.step,
         inputs=job.inputs,
         step_budget_ms=challenge.step_budget_ms,

@@ -5,8 +5,13 @@
   the online window of the status view, the timing window factor).
 - :data:`Event`: what a book function asks its caller to publish, ``(kind, payload)`` with
   ``kind`` in :data:`EVENT_KINDS`. Payloads hold ids and status only: never a key, a lease
-  token, an unsettled answer, or which node holds which copy of an unsettled job.
-- :class:`Node`, :class:`LeaseGrant`, :class:`Job`: frozen rows with their JSON views.
+  token, an unsettled answer, or which node holds which copy of an unsettled job. They say
+  enough for the caller to know which waiters to wake (:mod:`hypertrain.coordinator.
+  computehub`): ``queued`` (a step enqueued, or a busy copy given back) and ``split`` (a third
+  copy) queue a copy; an ``expired`` copy was replaced when its ``replaced`` is true; ``lease``
+  sets a lease deadline; ``fallback`` hands a step to the trusted evaluator.
+- :class:`Node`, :class:`Job`: frozen rows with their JSON views (the lease grant is a wire
+  class, :class:`~hypertrain.compute.wire.LeaseGrant`).
 
 Pure: no clock, no I/O.
 """
@@ -18,6 +23,8 @@ from typing import Any, Final, Literal, get_args
 
 import attrs
 
+from hypertrain.compute.wire import InputFile, JobState, RegisterAnswer, Trace
+
 __all__ = [
     "DEFAULT_SETTINGS",
     "EVENT_KINDS",
@@ -25,7 +32,6 @@ __all__ = [
     "Event",
     "EventKind",
     "Job",
-    "LeaseGrant",
     "Node",
     "iso_ms",
     "trace_event",
@@ -33,6 +39,7 @@ __all__ = [
 
 EventKind = Literal[
     "register",
+    "queued",
     "lease",
     "result",
     "accepted",
@@ -120,9 +127,20 @@ class Node:
             "last_seen": self.last_seen_ms,
         }
 
-    def register_json(self) -> dict[str, Any]:
-        """What the register route answers besides a minted key."""
-        return {**self.status_json(), "node_id": self.node_id}
+    def register_answer(self, minted: str | None) -> RegisterAnswer:
+        """The register route's answer; ``minted`` is the key when this call minted one."""
+        return RegisterAnswer(
+            id=self.node_id,
+            handle=self.handle,
+            capabilities=self.capabilities,
+            hardware=self.hardware,
+            jobs_done=self.jobs_done,
+            credits=self.credits,
+            compute_credits=self.compute_credits,
+            last_seen=self.last_seen_ms,
+            node_id=self.node_id,
+            key=minted,
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -133,12 +151,12 @@ class Job:
     challenge: str
     version: int
     subject: dict[str, Any]
-    step: Literal["public", "hidden"]
-    inputs: tuple[dict[str, Any], ...]
+    step: Trace
+    inputs: tuple[InputFile, ...]
     created_ms: int
     wait_ms: int
     wait_deadline_ms: int
-    state: Literal["queued", "settled", "fallback", "unscored"]
+    state: JobState
     settled_how: Literal["agreement", "third-copy", "fallback"] | None
     reason: str | None
     result: dict[str, Any] | None
@@ -157,42 +175,4 @@ class Job:
             "how": self.settled_how,
             "result": self.result,
             "settled_ms": self.settled_ms,
-        }
-
-
-@attrs.frozen(kw_only=True)
-class LeaseGrant:
-    """Everything a node needs to run one copy; ``token`` is shown only here, once."""
-
-    copy_id: str
-    job_id: str
-    challenge: str
-    base: str
-    trace: Literal["public", "hidden"]
-    inputs: tuple[dict[str, Any], ...]
-    step_budget_ms: int
-    kill_after_ms: int
-    memory_bytes: int
-    version: int
-    objective: str
-    token: str = attrs.field(repr=False)
-    deadline_ms: int
-
-    def to_json(self) -> dict[str, Any]:
-        """The lease answer's ``job`` object."""
-        return {
-            "id": self.copy_id,
-            "job": self.job_id,
-            "challenge": self.challenge,
-            "base": self.base,
-            "step": f"{self.job_id}/{self.trace}",
-            "trace": self.trace,
-            "inputs": [dict(i) for i in self.inputs],
-            "step_budget_ms": self.step_budget_ms,
-            "kill_after_ms": self.kill_after_ms,
-            "memory_bytes": self.memory_bytes,
-            "version": self.version,
-            "objective": self.objective,
-            "lease": self.token,
-            "deadline_ms": self.deadline_ms,
         }

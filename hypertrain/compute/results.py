@@ -1,11 +1,14 @@
 """A node's result post (``POST /v1/compute/jobs/<copy>/result`` after JSON parsing).
 
-:func:`submit_result` returns ``(http status, response JSON, events)`` for outcomes that are
-answered with a body (200, and 410 which may still change state: an overdue lease is expired on
-the spot); refusals that change nothing RAISE (the routes map them): ``NotFound`` 404 unknown
-copy; ``Forbidden`` 403 a copy not leased to this node, or a lease token that is not this copy's
-(a body posted to another copy carries the wrong token and is refused outright); ``Malformed``
-400 a body :func:`answers.parse_body` refuses; ``Conflict`` 409 an answer different from the one
+:func:`submit_result` returns ``(http status, answer, events)`` for outcomes that are answered
+with a body: 200 with a :data:`~hypertrain.compute.wire.ResultAnswer`, and 410 with an
+:class:`~hypertrain.compute.wire.ErrorAnswer` (which may still change state: an overdue lease is
+expired on the spot). Refusals that change nothing RAISE (the routes map them), checked in this
+order: ``NotFound`` 404 unknown copy; ``Forbidden`` 403 a copy not leased to this node;
+``Malformed`` 400 a body that is not a :class:`~hypertrain.compute.wire.ResultPost` (the
+converter) or whose answer :func:`answers.answer_of` refuses for the job's challenge;
+``Forbidden`` 403 a lease token that is not this copy's (a body posted to another copy carries
+the wrong token and is refused outright); ``Conflict`` 409 an answer different from the one
 already recorded for the copy. None of these strikes anyone.
 
 In order, for the copy's own node with the right token:
@@ -16,7 +19,8 @@ In order, for the copy's own node with the right token:
    after its deadline (``now > deadline_ms``; the copy is expired now and replaced, as the
    reaper would have done); or its job was settled by the nodes or ended unscored.
 3. ``busy: true``: a non-verdict; the copy is ``released``, a new copy is queued in its place
-   (inside the step's existing window) which this node can never take; no strike.
+   (inside the step's existing window; event ``queued``) which this node can never take; no
+   strike.
 4. Otherwise the answer is counted. If the job waits for the fallback, it is held (``held``)
    and judged when the trusted result arrives; if the fallback already settled it, it is judged
    now (``judged``); else :func:`rules.decide` runs on the job's counted answers and its
@@ -27,9 +31,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any
 
-from hypertrain.compute.answers import Answer, parse_body
+from hypertrain.compute.answers import Answer, answer_of
 from hypertrain.compute.keys import secret_matches
 from hypertrain.compute.ledger import set_verdict
 from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event, Node, iso_ms
@@ -37,16 +40,28 @@ from hypertrain.compute.nodes import get_node
 from hypertrain.compute.rows import Copy, counted, get_copy, get_job
 from hypertrain.compute.rules import decide, judge
 from hypertrain.compute.transitions import apply_decision, expire_copy, queue_copy
+from hypertrain.compute.wire import (
+    ErrorAnswer,
+    ResultAnswer,
+    ResultCounted,
+    ResultJudged,
+    ResultPost,
+    ResultStatus,
+)
+from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import Conflict, Forbidden
 from hypertrain.scoring.registry import get_challenge
 
-__all__ = ["GONE", "submit_result"]
+__all__ = ["GONE", "Submitted", "submit_result"]
 
 GONE = 410
 
+Submitted = tuple[int, ResultAnswer | ErrorAnswer, list[Event]]
+"""What :func:`submit_result` returns: ``(http status, answer, events)``."""
 
-def _gone(copy_id: str, detail: str) -> tuple[int, dict[str, Any], list[Event]]:
-    return GONE, {"detail": f"copy {copy_id}: {detail}; this answer counts for nothing"}, []
+
+def _gone(copy_id: str, detail: str) -> ErrorAnswer:
+    return ErrorAnswer(f"copy {copy_id}: {detail}; this answer counts for nothing")
 
 
 def _record(conn: sqlite3.Connection, copy: Copy, answer: Answer, state: str, now_ms: int) -> None:
@@ -65,12 +80,13 @@ def _record(conn: sqlite3.Connection, copy: Copy, answer: Answer, state: str, no
 
 
 def _respond(
-    conn: sqlite3.Connection, copy_id: str, body: dict[str, Any], events: list[Event]
-) -> tuple[int, dict[str, Any], list[Event]]:
+    conn: sqlite3.Connection, copy_id: str, answer: ResultAnswer, events: list[Event]
+) -> Submitted:
     conn.execute(
-        "UPDATE compute_copies SET response = ? WHERE copy_id = ?", (json.dumps(body), copy_id)
+        "UPDATE compute_copies SET response = ? WHERE copy_id = ?",
+        (json.dumps(unstructure(answer)), copy_id),
     )
-    return 200, body, events
+    return 200, answer, events
 
 
 def submit_result(
@@ -81,65 +97,66 @@ def submit_result(
     now_ms: int,
     *,
     settings: ComputeSettings = DEFAULT_SETTINGS,
-) -> tuple[int, dict[str, Any], list[Event]]:
-    """Take one result post (module doc)."""
+) -> Submitted:
+    """Take one result post, ``body`` the posted JSON (module doc)."""
     copy = get_copy(conn, copy_id)
     if copy.node_id != node.node_id:
         raise Forbidden(f"copy {copy_id} is not leased to this node")
     job = get_job(conn, copy.job_id)
     challenge = get_challenge(job.challenge)
-    posted = parse_body(challenge, body)
+    posted = structure(ResultPost, body)
+    answer = answer_of(challenge, posted)
     if copy.token_hash is None or not secret_matches(posted.lease, copy.token_hash):
         raise Forbidden(f"the lease token is not the one of copy {copy_id}")
-    answer = posted.answer
     if copy.answer_key is not None:
         if copy.answer_key == answer.key() and copy.response is not None:
             return 200, copy.response, []
         raise Conflict(f"copy {copy_id} already has a different answer")
     expired = f"the lease expired at {iso_ms(copy.deadline_ms or 0)}"
     if copy.state == "expired":
-        return _gone(copy_id, expired)
+        return GONE, _gone(copy_id, expired), []
     if copy.state != "leased":
-        return _gone(copy_id, f"the copy is {copy.state}")
+        return GONE, _gone(copy_id, f"the copy is {copy.state}"), []
     assert copy.deadline_ms is not None
     if now_ms > copy.deadline_ms:
-        _, detail, _ = _gone(copy_id, expired)
-        return GONE, detail, expire_copy(conn, copy, challenge, now_ms, settings)
+        return GONE, _gone(copy_id, expired), expire_copy(conn, copy, challenge, now_ms, settings)
     if job.state == "unscored" or (job.state == "settled" and job.settled_how != "fallback"):
         conn.execute("UPDATE compute_copies SET state = 'late' WHERE copy_id = ?", (copy_id,))
-        return _gone(copy_id, f"the step is already {job.state}")
+        return GONE, _gone(copy_id, f"the step is already {job.state}"), []
     if answer.busy:
         _record(conn, copy, answer, "released", now_ms)
+        requeued: list[Event] = []
         if job.state == "queued":
             queue_copy(conn, job, challenge, now_ms, settings, fresh_window=False)
-        return _respond(conn, copy_id, {"copy": copy_id, "status": "released"}, [])
+            requeued.append(
+                ("queued", {"job": job.job_id, "challenge": job.challenge, "trace": job.step})
+            )
+        return _respond(conn, copy_id, ResultStatus(copy=copy_id, status="released"), requeued)
     _record(conn, copy, answer, "answered", now_ms)
     answered = counted(conn, job.job_id)
     events: list[Event] = [
         ("result", {"job": job.job_id, "challenge": job.challenge, "answers": len(answered)})
     ]
     if job.state == "fallback":
-        return _respond(conn, copy_id, {"copy": copy_id, "status": "held"}, events)
+        return _respond(conn, copy_id, ResultStatus(copy=copy_id, status="held"), events)
     if job.state == "settled":
         assert job.result is not None
         verdict = judge(challenge, Answer.from_json(job.result), answer)
         events += set_verdict(conn, get_copy(conn, copy_id), verdict, now_ms, settings)
-        judged = {
-            "copy": copy_id,
-            "status": "judged",
-            "verdict": verdict,
-            "compute_credits": get_node(conn, node.node_id).compute_credits,
-        }
+        judged = ResultJudged(
+            copy=copy_id,
+            status="judged",
+            verdict=verdict,
+            compute_credits=get_node(conn, node.node_id).compute_credits,
+        )
         return _respond(conn, copy_id, judged, events)
     decision = decide(challenge, [c.answer for c in answered if c.answer is not None])
     events += apply_decision(conn, job, challenge, answered, decision, now_ms, settings)
-    after = get_copy(conn, copy_id)
-    state = get_job(conn, job.job_id).state
-    reply: dict[str, Any] = {
-        "copy": copy_id,
-        "status": "counted",
-        "verdict": after.verdict,
-        "job_state": state,
-        "compute_credits": get_node(conn, node.node_id).compute_credits,
-    }
-    return _respond(conn, copy_id, reply, events)
+    counted_reply = ResultCounted(
+        copy=copy_id,
+        status="counted",
+        verdict=get_copy(conn, copy_id).verdict,
+        job_state=get_job(conn, job.job_id).state,
+        compute_credits=get_node(conn, node.node_id).compute_credits,
+    )
+    return _respond(conn, copy_id, counted_reply, events)

@@ -3,11 +3,16 @@
 Plain read helpers of a ``sqlite3.Connection`` shared by the book's transitions:
 :func:`get_job` / :func:`get_copy` (``NotFound`` when absent), :func:`job_copies` (every copy of
 a job by ``seq``) and :func:`counted` (the answered copies in the order they were counted).
-:class:`Copy` is a decoded copy row; its ``answer`` is the canonical :class:`Answer`.
+:class:`Copy` is a decoded copy row; its ``answer`` is the canonical :class:`Answer` and its
+``response`` the :data:`~hypertrain.compute.wire.ResultAnswer` it was first answered with. A
+job's inputs are :class:`~hypertrain.compute.wire.InputFile` records (stored as their JSON,
+which never changes for a job: the decoded tuple is cached by that text, since the lease and
+result transactions read a job several times).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from typing import Any, Final, Literal
@@ -16,6 +21,8 @@ import attrs
 
 from hypertrain.compute.answers import Answer
 from hypertrain.compute.model import Job
+from hypertrain.compute.wire import InputFile, ResultAnswer, Verdict, read_result_answer
+from hypertrain.protocol.converter import structure
 from hypertrain.protocol.errors import NotFound
 
 __all__ = ["JOB_COLUMNS", "Copy", "CopyState", "counted", "get_copy", "get_job", "job_copies"]
@@ -46,8 +53,13 @@ class Copy:
     answer: Answer | None
     answer_key: str | None
     answer_order: int | None
-    response: dict[str, Any] | None
-    verdict: Literal["paid", "struck", "none"] | None
+    response: ResultAnswer | None
+    verdict: Verdict | None
+
+
+@functools.lru_cache(maxsize=4096)
+def _input_files(text: str) -> tuple[InputFile, ...]:
+    return tuple(structure(InputFile, item) for item in json.loads(text))
 
 
 def job_from_row(row: tuple[Any, ...]) -> Job:
@@ -60,7 +72,7 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
         version=version,
         subject=json.loads(subject),
         step=step,
-        inputs=tuple(json.loads(inputs)),
+        inputs=_input_files(inputs),
         created_ms=created,
         wait_ms=wait,
         wait_deadline_ms=deadline,
@@ -87,7 +99,7 @@ def _copy(row: tuple[Any, ...]) -> Copy:
         answer=None if answer is None else Answer.from_json(json.loads(answer)),
         answer_key=key,
         answer_order=order,
-        response=None if response is None else json.loads(response),
+        response=None if response is None else read_result_answer(json.loads(response)),
         verdict=verdict,
     )
 

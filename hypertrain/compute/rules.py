@@ -36,6 +36,7 @@ from typing import Final, Literal
 import attrs
 
 from hypertrain.compute.answers import Answer
+from hypertrain.compute.wire import Verdict
 from hypertrain.scoring.registry import INCONCLUSIVE, Challenge
 
 __all__ = [
@@ -54,7 +55,6 @@ __all__ = [
 DAY_MS: Final = 86_400_000
 _EPOCH: Final = dt.date(1970, 1, 1)
 
-Verdict = Literal["paid", "struck", "none"]
 DecisionKind = Literal["wait", "settle", "third-copy", "fallback"]
 SettledHow = Literal["agreement", "third-copy"]
 

@@ -13,7 +13,8 @@ Promises (each runs inside the caller's transaction and returns the events to pu
   of a fallback job keep their lease; their answers are judged against the trusted result.
 - :func:`expire_copy`: a leased copy past its deadline is ``expired`` (no strike); the job's
   ``expiries`` grows; a queued job then goes to the fallback at ``max_expiries``, else gets a
-  replacement copy with a fresh window.
+  replacement copy with a fresh window. The ``expired`` event says which: ``replaced`` is true
+  exactly when a replacement copy was queued.
 - :func:`settle_job`: the job is ``settled`` with ``how`` and ``result``; winners are paid,
   losers struck; copies still queued or leased are cancelled.
 - :func:`apply_decision` carries out a :class:`Decision` of :func:`rules.decide`.
@@ -120,14 +121,18 @@ def expire_copy(
     conn.execute("UPDATE compute_copies SET state = 'expired' WHERE copy_id = ?", (copy.copy_id,))
     conn.execute("UPDATE compute_jobs SET expiries = expiries + 1 WHERE job_id = ?", (copy.job_id,))
     job = get_job(conn, copy.job_id)
-    events: list[Event] = [
-        ("expired", {"job": job.job_id, "challenge": job.challenge, "expiries": job.expiries})
-    ]
-    if job.state != "queued":
-        return events
-    if job.expiries >= settings.max_expiries:
-        return events + send_to_fallback(conn, job, challenge, "expiries", now_ms)
-    queue_copy(conn, job, challenge, now_ms, settings, fresh_window=True)
+    replaced = job.state == "queued" and job.expiries < settings.max_expiries
+    payload = {
+        "job": job.job_id,
+        "challenge": job.challenge,
+        "expiries": job.expiries,
+        "replaced": replaced,
+    }
+    events: list[Event] = [("expired", payload)]
+    if replaced:
+        queue_copy(conn, job, challenge, now_ms, settings, fresh_window=True)
+    elif job.state == "queued":
+        events += send_to_fallback(conn, job, challenge, "expiries", now_ms)
     return events
 
 

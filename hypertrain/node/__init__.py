@@ -1,27 +1,33 @@
 """hypertrain-node: the volunteer compute node (see :mod:`hypertrain.node.main`).
 
-Modules: ``nodefile`` (the node directory and node.json), ``identity`` (coordinator URL, origin,
-which key), ``probe`` (hardware class and tools), ``cache`` (content-addressed inputs, re-hashed
-before use), ``client`` (the compute routes over HTTP), ``offer`` (a leased job, parsed and
-checked, and its result body; pure), ``runner`` (the loop), ``main`` (the command line).
+Modules: ``errors`` (the node's one error tree, rooted at :class:`NodeError`), ``nodefile``
+(the node directory and node.json), ``identity`` (coordinator URL, origin, which key),
+``probe`` (hardware class and tools), ``cache`` (content-addressed inputs, re-hashed before
+use), ``client`` (the compute routes over HTTP, every body a class of
+:mod:`hypertrain.compute.wire`), ``offer`` (does a leased job fit this node, and its result
+post; pure), ``runner`` (the loop), ``main`` (the command line).
 """
 
-from hypertrain.node.cache import InputCache, InputMismatch, InputSpec
-from hypertrain.node.client import (
+from hypertrain.node.cache import InputCache
+from hypertrain.node.client import NodeClient, PostAnswer
+from hypertrain.node.errors import (
+    BadOffer,
     Disabled,
-    NodeClient,
+    IdentityError,
+    InputMismatch,
     NodeClientError,
-    PostAnswer,
+    NodeError,
+    NodeFatal,
+    NodeFileError,
     Refused,
     Unauthorized,
     Unreachable,
 )
-from hypertrain.node.identity import IdentityError, choose_key, coordinator_url, origin_of
-from hypertrain.node.nodefile import NodeFileError, NodeRecord, load_record, node_dir, save_record
-from hypertrain.node.offer import BadOffer, JobOffer, fit, result_body
+from hypertrain.node.identity import choose_key, coordinator_url, origin_of
+from hypertrain.node.nodefile import NodeRecord, load_record, node_dir, save_record
+from hypertrain.node.offer import fit, result_post
 from hypertrain.node.runner import (
     CAPABILITY_REFRESH,
-    NodeFatal,
     NodeRunner,
     NodeStatistics,
     Probed,
@@ -35,10 +41,9 @@ __all__ = [
     "IdentityError",
     "InputCache",
     "InputMismatch",
-    "InputSpec",
-    "JobOffer",
     "NodeClient",
     "NodeClientError",
+    "NodeError",
     "NodeFatal",
     "NodeFileError",
     "NodeRecord",
@@ -56,6 +61,6 @@ __all__ = [
     "load_record",
     "node_dir",
     "origin_of",
-    "result_body",
+    "result_post",
     "save_record",
 ]

@@ -1,14 +1,17 @@
 """The node's input cache: content addressed, re-hashed before every use.
 
-A job's inputs are ``[{name, sha256, size}]``. Each is kept once under
+A job's inputs are :class:`~hypertrain.compute.wire.InputFile` records ``{name, sha256,
+size}`` (names and digests already checked when the offer was decoded). Each is kept once under
 ``<node dir>/cache/<sha256>`` whatever its name (so a hostile name can never choose a path),
 and :meth:`InputCache.ensure` returns a path only after hashing the file's bytes again: a cached
 file edited or corrupted on disk is deleted and fetched anew, never trusted because a stamp says
-so (spec/compute-network.md scenario 33). A fetch streams into a temporary file with the declared
-size as a hard cap; a body of another size or hash is discarded and reported
-(:class:`InputMismatch`), nothing is renamed into place. The job's scorer gets a private view
-(:meth:`InputCache.link_job`): a fresh directory of hard links named by the input names, which the
-names check (:func:`~hypertrain.scoring.inputs.check_input_name`) keeps inside it.
+so (spec/compute-network.md scenario 33). An input declared larger than
+:data:`MAX_INPUT_BYTES` is refused before anything is fetched. A fetch streams into a temporary
+file with the declared size as a hard cap; a body of another size or hash is discarded and
+reported (:class:`~hypertrain.node.errors.InputMismatch`), nothing is renamed into place. The
+job's scorer gets a private view (:meth:`InputCache.link_job`): a fresh directory of hard links
+named by the input names, which the names check
+(:func:`~hypertrain.scoring.inputs.check_input_name`) keeps inside it.
 """
 
 from __future__ import annotations
@@ -24,35 +27,18 @@ from typing import Final
 import attrs
 import trio
 
-from hypertrain.protocol.validators import is_hex64
+from hypertrain.compute.wire import InputFile
+from hypertrain.node.errors import InputMismatch
 from hypertrain.scoring.inputs import check_input_name
 
-__all__ = ["CHUNK", "InputCache", "InputMismatch", "InputSpec"]
+__all__ = ["CHUNK", "MAX_INPUT_BYTES", "Fetch", "InputCache"]
 
 CHUNK: Final = 1 << 20
 MAX_INPUT_BYTES: Final = 1 << 32
+"""The largest input a node stores (4 GiB)."""
 
 
-class InputMismatch(Exception):
-    """An input's bytes are not what the job declared (size or sha256); never used."""
-
-
-@attrs.frozen
-class InputSpec:
-    """One declared input of a job."""
-
-    name: str = attrs.field(validator=lambda _i, _a, v: check_input_name(v))
-    sha256: str
-    size: int
-
-    def __attrs_post_init__(self) -> None:
-        if not is_hex64(self.sha256):
-            raise ValueError(f"input {self.name}: sha256 is not 64 lowercase hex chars")
-        if not 0 <= self.size <= MAX_INPUT_BYTES:
-            raise ValueError(f"input {self.name}: size {self.size} out of range")
-
-
-Fetch = Callable[[InputSpec], AsyncGenerator[bytes, None]]
+Fetch = Callable[[InputFile], AsyncGenerator[bytes, None]]
 """Streams an input's bytes from the coordinator."""
 
 
@@ -78,7 +64,7 @@ class InputCache:
     def path_of(self, sha256: str) -> Path:
         return self.root / "cache" / sha256
 
-    async def _verified(self, spec: InputSpec) -> Path | None:
+    async def _verified(self, spec: InputFile) -> Path | None:
         path = self.path_of(spec.sha256)
         if not path.is_file():
             return None
@@ -88,8 +74,12 @@ class InputCache:
         path.unlink(missing_ok=True)
         return None
 
-    async def ensure(self, spec: InputSpec, fetch: Fetch) -> Path:
+    async def ensure(self, spec: InputFile, fetch: Fetch) -> Path:
         """The verified local copy of ``spec``, fetched when missing or damaged."""
+        if spec.size > MAX_INPUT_BYTES:
+            raise InputMismatch(
+                f"input {spec.name}: {spec.size} bytes, over this node's {MAX_INPUT_BYTES}"
+            )
         cached = await self._verified(spec)
         if cached is not None:
             return cached
@@ -116,7 +106,7 @@ class InputCache:
             tmp.unlink(missing_ok=True)
         return self.path_of(spec.sha256)
 
-    def link_job(self, job_id: str, specs: Sequence[InputSpec]) -> dict[str, Path]:
+    def link_job(self, job_id: str, specs: Sequence[InputFile]) -> dict[str, Path]:
         """A fresh ``jobs/<job_id>`` directory of hard links named by the input names."""
         directory = self.root / "jobs" / check_input_name(job_id)
         shutil.rmtree(directory, ignore_errors=True)

@@ -12,6 +12,11 @@ One :class:`httpx.AsyncClient` with an injectable transport (tests pass
 - **Every wait is bounded**: connect/read/write/pool timeouts on every request; the lease long
   poll gets a read timeout of :attr:`NodeTimeouts.lease_read` (40 s against the server's 25 s);
   JSON answers are read up to :data:`MAX_ANSWER_BYTES`.
+- **Typed bodies.** Every request body and every answer is a class of
+  :mod:`hypertrain.compute.wire`, encoded and decoded by the one converter, the same classes the
+  coordinator uses. An answer that does not decode is :class:`Refused`, except a lease answer
+  whose job does not: that is :class:`BadOffer` (the job is abandoned before a byte of it is
+  fetched).
 - **Retries** with capped exponential backoff and jitter (:class:`RetryPolicy`): the input
   download (before its first byte) and registering with a key retry network errors and 5xx;
   minting (register without a key) retries only a failed connection, since a request that was
@@ -22,18 +27,12 @@ One :class:`httpx.AsyncClient` with an injectable transport (tests pass
   identity``, no inflation) with the declared size as a cap: a ``Content-Length`` above it is
   refused before any byte is read, and :class:`~hypertrain.node.cache.InputCache` stops at the
   first byte past it.
-- **Typed errors**: :class:`Unreachable` (network failure or 5xx after the retries),
-  :class:`Unauthorized` (401), :class:`Disabled` (the lease's 403, with the re-enable time),
-  :class:`Refused` (any other non-2xx). A post's 410 (late) and 409 (another answer already
-  posted) are answers (:class:`PostAnswer`), not errors.
-
-Error tree::
-
-    NodeClientError
-    +-- Unreachable
-    +-- Unauthorized
-    +-- Disabled
-    +-- Refused
+- **Typed errors** (:mod:`hypertrain.node.errors`, under ``NodeClientError``):
+  :class:`Unreachable` (network failure or 5xx after the retries), :class:`Unauthorized` (401),
+  :class:`Disabled` (the lease's 403, with the re-enable time), :class:`Refused` (any other
+  non-2xx). A post's 410 (late) and 409 (another answer already posted) are answers
+  (:class:`PostAnswer`), not errors. The network or decoding error behind one is kept as its
+  cause.
 """
 
 from __future__ import annotations
@@ -48,63 +47,49 @@ import attrs
 import httpx
 import trio
 
-from hypertrain.node.cache import InputMismatch, InputSpec
+from hypertrain.compute.wire import (
+    BODY_LIMIT,
+    LEASE_HEADER,
+    DisabledAnswer,
+    ErrorAnswer,
+    InputFile,
+    LeaseAnswer,
+    LeaseGrant,
+    LeaseRequest,
+    RegisterAnswer,
+    RegisterRequest,
+    ResultAnswer,
+    ResultCounted,
+    ResultJudged,
+    ResultPost,
+    read_result_answer,
+)
+from hypertrain.node.errors import (
+    BadOffer,
+    Disabled,
+    InputMismatch,
+    Refused,
+    Unauthorized,
+    Unreachable,
+)
+from hypertrain.protocol.converter import structure, unstructure
+from hypertrain.protocol.errors import SchemaError
 from hypertrain.scoring.inputs import check_input_name
 
 __all__ = [
     "DEFAULT_RETRY",
     "DEFAULT_TIMEOUTS",
     "MAX_ANSWER_BYTES",
-    "MAX_RESULT_BYTES",
-    "Disabled",
     "NodeClient",
-    "NodeClientError",
     "NodeTimeouts",
     "PostAnswer",
-    "Refused",
     "RetryPolicy",
-    "Unauthorized",
-    "Unreachable",
 ]
 
 MAX_ANSWER_BYTES: Final = 1 << 20
 """Bytes of a JSON answer the client reads; a longer one is :class:`Refused`."""
-MAX_RESULT_BYTES: Final = 64 * 1024
-"""The coordinator's limit on a result body."""
-LEASE_HEADER: Final = "X-HT-Lease"
 
 T = TypeVar("T")
-
-
-class NodeClientError(Exception):
-    """A compute route did not give a usable answer."""
-
-
-class Unreachable(NodeClientError):
-    """The coordinator could not be reached, or answered 5xx, after the retries."""
-
-
-class Unauthorized(NodeClientError):
-    """401: the coordinator does not know this key."""
-
-
-class Disabled(NodeClientError):
-    """The lease's 403: the node is disabled (strikes) until ``reenable_at_ms`` (unix ms)."""
-
-    def __init__(self, detail: str, reenable_at_ms: int | None, reenable_at: str | None) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.reenable_at_ms = reenable_at_ms
-        self.reenable_at = reenable_at
-
-
-class Refused(NodeClientError):
-    """Any other non-2xx answer (or an unreadable one): ``status`` and the ``detail``."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(f"HTTP {status}: {detail}")
-        self.status = status
-        self.detail = detail
 
 
 @attrs.frozen
@@ -144,23 +129,28 @@ DEFAULT_RETRY: Final = RetryPolicy()
 
 @attrs.frozen
 class PostAnswer:
-    """The coordinator's answer to a result: 200 (``status`` such as ``counted``), 410 (late,
-    counts nothing) or 409 (a different answer was posted first)."""
+    """The coordinator's answer to a result: 200 (``answer``, whose ``status`` is such as
+    ``counted``), 410 (late, counts nothing) or 409 (a different answer was posted first), with
+    the coordinator's ``detail``."""
 
     http_status: int
-    status: str | None
-    detail: str
-    body: dict[str, Any] = attrs.field(factory=dict, eq=False)
+    answer: ResultAnswer | None
+    detail: str = ""
 
     @property
     def accepted(self) -> bool:
         return self.http_status == 200
 
     @property
+    def status(self) -> str | None:
+        return None if self.answer is None else self.answer.status
+
+    @property
     def credits(self) -> int | None:
         """The node's compute credits after this answer, when the coordinator said."""
-        value = self.body.get("compute_credits")
-        return value if type(value) is int else None
+        if isinstance(self.answer, ResultJudged | ResultCounted):
+            return self.answer.compute_credits
+        return None
 
     def describe(self) -> str:
         if self.http_status == 200:
@@ -176,9 +166,20 @@ def _segment(value: str) -> str:
 
 
 def _detail(body: Any, fallback: str) -> str:
-    if isinstance(body, dict) and isinstance(body.get("detail"), str):
-        return " ".join(body["detail"].split())[:300]
-    return fallback
+    """The one-line ``detail`` of an :class:`ErrorAnswer`, else ``fallback``."""
+    try:
+        detail = structure(ErrorAnswer, body).detail
+    except SchemaError:
+        return fallback
+    return " ".join(detail.split())[:300]
+
+
+def _decoded(cls: type[T], status: int, body: Any) -> T:
+    """``body`` as a ``cls``; :class:`Refused` naming the field when it is not one."""
+    try:
+        return structure(cls, body)
+    except SchemaError as e:
+        raise Refused(status, f"unreadable answer: {e.detail}") from e
 
 
 class NodeClient:
@@ -251,14 +252,13 @@ class NodeClient:
                 return await call()
             except retry_on as e:
                 if attempt + 1 >= self.retry.attempts:
-                    raise Unreachable(_why(e)) from None
+                    raise Unreachable(_why(e)) from e
             await trio.sleep(self.retry.delay(attempt, self._jitter()))
         raise AssertionError("unreachable")
 
-    def _check(self, status: int, body: Any) -> dict[str, Any]:
+    def _check(self, status: int, body: Any) -> Any:
+        """A 2xx answer's decoded JSON; the typed error of any other status."""
         if 200 <= status < 300:
-            if not isinstance(body, dict):
-                raise Refused(status, "the answer is not a JSON object")
             return body
         if status == 401:
             raise Unauthorized(_detail(body, "unknown or malformed node key"))
@@ -272,18 +272,17 @@ class NodeClient:
 
     async def register(
         self, key: str | None, handle: str | None, capabilities: Sequence[str], hardware: str
-    ) -> dict[str, Any]:
-        """``POST /v1/compute/register``; the answer's ``key`` is present only when minted."""
-        body = {
-            "key": key,
-            "handle": handle,
-            "capabilities": list(capabilities),
-            "hardware": hardware,
-        }
+    ) -> RegisterAnswer:
+        """``POST /v1/compute/register``; the answer's ``key`` is set only when minted."""
+        body = unstructure(
+            RegisterRequest(
+                key=key, handle=handle, capabilities=tuple(capabilities), hardware=hardware
+            )
+        )
 
-        async def call() -> dict[str, Any]:
+        async def call() -> RegisterAnswer:
             status, answer = await self._send("POST", "/v1/compute/register", body=body, auth=False)
-            return self._check(status, answer)
+            return _decoded(RegisterAnswer, status, self._check(status, answer))
 
         retry_on: tuple[type[Exception], ...] = (
             (httpx.TransportError, _ServerError) if key is not None else (httpx.ConnectError,)
@@ -291,37 +290,34 @@ class NodeClient:
         try:
             return await self._retrying(call, retry_on=retry_on)
         except (httpx.TransportError, _ServerError) as e:
-            raise Unreachable(_why(e)) from None
+            raise Unreachable(_why(e)) from e
 
     async def lease(
         self, capabilities: Sequence[str], hardware: str, wait_ms: int | None = None
-    ) -> dict[str, Any] | None:
-        """``POST /v1/compute/jobs/lease`` (a long poll): the offered job, or None."""
-        body: dict[str, Any] = {"capabilities": list(capabilities), "hardware": hardware}
-        if wait_ms is not None:
-            body["wait_ms"] = wait_ms
+    ) -> LeaseGrant | None:
+        """``POST /v1/compute/jobs/lease`` (a long poll): the offered job, or None.
+
+        :class:`BadOffer` when the answer's job is malformed or hostile (module doc)."""
+        request = LeaseRequest(capabilities=tuple(capabilities), hardware=hardware, wait_ms=wait_ms)
         try:
             status, answer = await self._send(
-                "POST", "/v1/compute/jobs/lease", body=body, auth=True,
+                "POST", "/v1/compute/jobs/lease", body=unstructure(request), auth=True,
                 read=self.timeouts.lease_read,
             )  # fmt: skip
-            if status == 403 and isinstance(answer, dict) and "reenable_at_ms" in answer:
-                at_ms = answer.get("reenable_at_ms")
-                at = answer.get("reenable_at")
-                raise Disabled(
-                    _detail(answer, "disabled"),
-                    at_ms if isinstance(at_ms, int) and not isinstance(at_ms, bool) else None,
-                    at if isinstance(at, str) else None,
-                )
-            job = self._check(status, answer).get("job")
+            if status == 403:
+                _raise_disabled(answer)
+            body = self._check(status, answer)
         except (httpx.TransportError, _ServerError) as e:
-            raise Unreachable(_why(e)) from None
-        if job is not None and not isinstance(job, dict):
-            raise Refused(status, "the lease answer's job is not an object")
-        return job
+            raise Unreachable(_why(e)) from e
+        if not isinstance(body, dict):
+            raise Refused(status, "the answer is not a JSON object")
+        try:
+            return structure(LeaseAnswer, body).job
+        except SchemaError as e:
+            raise BadOffer(e.detail) from e
 
     async def fetch_input(
-        self, copy_id: str, lease: str, spec: InputSpec
+        self, copy_id: str, lease: str, spec: InputFile
     ) -> AsyncGenerator[bytes, None]:
         """``GET /v1/compute/jobs/{id}/inputs/{name}``: the raw bytes, streamed (module doc)."""
         path = f"/v1/compute/jobs/{_segment(copy_id)}/inputs/{_segment(spec.name)}"
@@ -347,13 +343,14 @@ class NodeClient:
                 return
             except (httpx.TransportError, _ServerError) as e:
                 if started or attempt + 1 >= self.retry.attempts:
-                    raise Unreachable(f"input {spec.name}: {_why(e)}") from None
+                    raise Unreachable(f"input {spec.name}: {_why(e)}") from e
             await trio.sleep(self.retry.delay(attempt, self._jitter()))
 
-    async def post_result(self, copy_id: str, body: dict[str, Any]) -> PostAnswer:
+    async def post_result(self, copy_id: str, post: ResultPost) -> PostAnswer:
         """``POST /v1/compute/jobs/{id}/result`` (module doc: retried on network errors)."""
-        if len(json.dumps(body).encode()) > MAX_RESULT_BYTES:
-            raise Refused(413, f"the result is over {MAX_RESULT_BYTES} bytes; not sent")
+        body = unstructure(post)
+        if len(json.dumps(body).encode()) > BODY_LIMIT:
+            raise Refused(413, f"the result is over {BODY_LIMIT} bytes; not sent")
         path = f"/v1/compute/jobs/{_segment(copy_id)}/result"
 
         async def call() -> tuple[int, Any]:
@@ -362,13 +359,26 @@ class NodeClient:
         status, answer = await self._retrying(call, retry_on=(httpx.TransportError,))
         if status in (409, 410):
             detail = _detail(answer, "late" if status == 410 else "another answer was posted")
-            return PostAnswer(status, None, detail, answer if isinstance(answer, dict) else {})
+            return PostAnswer(status, None, detail)
         try:
             checked = self._check(status, answer)
         except _ServerError as e:
-            raise Refused(e.status, e.detail) from None
-        verdict = checked.get("status")
-        return PostAnswer(200, verdict if isinstance(verdict, str) else None, "", checked)
+            raise Refused(e.status, e.detail) from e
+        try:
+            return PostAnswer(200, read_result_answer(checked))
+        except SchemaError as e:
+            raise Refused(status, f"unreadable answer: {e.detail}") from e
+
+
+def _raise_disabled(body: Any) -> None:
+    """:class:`Disabled` when a 403 body is a :class:`DisabledAnswer` (else the caller's
+    ordinary 403 handling)."""
+    try:
+        disabled = structure(DisabledAnswer, body)
+    except SchemaError:
+        return
+    detail = " ".join(disabled.detail.split())[:300]
+    raise Disabled(detail, disabled.reenable_at_ms, disabled.reenable_at)
 
 
 async def _read_json_capped(response: httpx.Response) -> Any:

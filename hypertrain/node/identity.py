@@ -10,7 +10,8 @@
   given: the message says to pass ``--key`` or use another ``--dir``. A ``--key`` that is not
   ``ht_`` + 32 base62 characters is refused before any request.
 
-Every refusal is :class:`IdentityError` (exit status 2), and no message contains a key.
+Every refusal is :class:`~hypertrain.node.errors.IdentityError` (exit status 2), and no
+message contains a key.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from hypertrain.compute.keys import is_node_key
+from hypertrain.node.errors import IdentityError
 from hypertrain.node.nodefile import NODE_FILE, NodeRecord
 
 __all__ = [
     "DEFAULT_URL",
     "URL_ENV",
-    "IdentityError",
     "choose_key",
     "coordinator_url",
     "origin_of",
@@ -36,10 +37,6 @@ __all__ = [
 URL_ENV: Final = "HYPERTRAIN_COORDINATOR_URL"
 DEFAULT_URL: Final = "http://127.0.0.1:8000"
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
-
-
-class IdentityError(Exception):
-    """The URL or key cannot be used; ``str(e)`` is one line for the volunteer."""
 
 
 def _loopback(host: str | None) -> bool:
@@ -60,7 +57,7 @@ def coordinator_url(flag: str | None, environ: Mapping[str, str]) -> str:
         parts = urlsplit(raw)
         parts.port  # noqa: B018 - raises ValueError for a bad port
     except ValueError as e:
-        raise IdentityError(f"coordinator URL {raw!r}: {e}") from None
+        raise IdentityError(f"coordinator URL {raw!r}: {e}") from e
     if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
         raise IdentityError(f"coordinator URL {raw!r}: not an http(s) URL with a host")
     if parts.username is not None or parts.password is not None or parts.query or parts.fragment:

@@ -38,10 +38,12 @@ from hypertrain.cli.common import (
 )
 from hypertrain.compute.keys import check_handle
 from hypertrain.node.client import NodeClient
-from hypertrain.node.identity import IdentityError, coordinator_url
-from hypertrain.node.nodefile import NodeFileError, node_dir
+from hypertrain.node.errors import IdentityError, NodeFatal, NodeFileError
+from hypertrain.node.identity import coordinator_url
+from hypertrain.node.nodefile import node_dir
 from hypertrain.node.probe import probe_machine
-from hypertrain.node.runner import NodeFatal, NodeRunner, NodeStatistics, Probed
+from hypertrain.node.runner import NodeRunner, NodeStatistics, Probed
+from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import Malformed
 from hypertrain.scoring.sandbox import run_scorer
 from nurseries import SystemClock, open_supervisor
@@ -109,7 +111,7 @@ async def _serve(args: argparse.Namespace, url: str) -> tuple[int, NodeStatistic
                 supervisor.nursery.start_soon(work, name="hypertrain-node")
         finally:
             if args.json:
-                print_json(runner.statistics().to_json())
+                print_json(unstructure(runner.statistics()))
         if supervisor.shutdown_requested:
             _say("stopped (a job in progress is not posted; its lease expires without a strike)")
     return code, runner.statistics()

@@ -1,7 +1,8 @@
 """The node directory and ``node.json``: where a compute node keeps its one secret.
 
 The directory is ``--dir``, else ``HYPERTRAIN_NODE_DIR``, else ``~/.hypertrain/node``; it is
-created with mode 0700. ``node.json`` holds ``{key, node_id, handle, coordinator, saved_at}``:
+created with mode 0700. ``node.json`` holds ``{key, node_id, handle, coordinator, saved_at}``
+(a :class:`NodeRecord` through the one converter, so a file with another shape is refused):
 written atomically with mode 0600 on every successful registration, read with the same checks
 as a key file (a regular file of ours, not a link, no group/other permission bits), so another
 user on the machine cannot read or swap the key. ``coordinator`` records the origin the key was
@@ -19,18 +20,19 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import attrs
 
 from hypertrain.compute.keys import is_node_key
-from hypertrain.protocol.errors import KeyfileError
+from hypertrain.node.errors import NodeFileError
+from hypertrain.protocol.converter import structure, unstructure
+from hypertrain.protocol.errors import KeyfileError, SchemaError
 from hypertrain.protocol.keys import read_private_file
 
 __all__ = [
     "DIR_ENV",
     "NODE_FILE",
-    "NodeFileError",
     "NodeRecord",
     "is_node_key",
     "load_record",
@@ -41,10 +43,6 @@ __all__ = [
 DIR_ENV: Final = "HYPERTRAIN_NODE_DIR"
 NODE_FILE: Final = "node.json"
 _MAX_FILE: Final = 64 * 1024
-
-
-class NodeFileError(Exception):
-    """node.json or the node directory is unusable; the message says why (exit status 2)."""
 
 
 def node_dir(flag: str | None, environ: Mapping[str, str]) -> Path:
@@ -67,9 +65,6 @@ class NodeRecord:
     saved_at: int
     """Unix seconds."""
 
-    def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
-
 
 def load_record(directory: Path) -> NodeRecord | None:
     """The saved node.json, or None when there is none; :class:`NodeFileError` when it is
@@ -81,18 +76,11 @@ def load_record(directory: Path) -> NodeRecord | None:
     except FileNotFoundError:
         return None
     except KeyfileError as e:
-        raise NodeFileError(e.detail) from None
+        raise NodeFileError(e.detail) from e
     try:
-        data = json.loads(raw)
-        record = NodeRecord(
-            key=str(data["key"]),
-            node_id=str(data["node_id"]),
-            handle=str(data["handle"]),
-            coordinator=str(data["coordinator"]),
-            saved_at=int(data["saved_at"]),
-        )
-    except (ValueError, KeyError, TypeError) as e:
-        raise NodeFileError(f"{path}: not a node record ({e})") from None
+        record = structure(NodeRecord, json.loads(raw))
+    except (ValueError, SchemaError) as e:
+        raise NodeFileError(f"{path}: not a node record ({e})") from e
     if not is_node_key(record.key):
         raise NodeFileError(f"{path}: the saved key is not a node key (ht_ + 32 base62)")
     return record
@@ -103,12 +91,10 @@ def save_record(directory: Path, record: NodeRecord) -> Path:
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as e:
-        raise NodeFileError(
-            f"{directory}: cannot create the node directory ({e.strerror})"
-        ) from None
+        raise NodeFileError(f"{directory}: cannot create the node directory ({e.strerror})") from e
     path = directory / NODE_FILE
     tmp = directory / f".{NODE_FILE}.{os.getpid()}.tmp"
-    data = json.dumps(record.to_json(), indent=2, sort_keys=True).encode() + b"\n"
+    data = json.dumps(unstructure(record), indent=2, sort_keys=True).encode() + b"\n"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(tmp, flags, 0o600)
@@ -121,5 +107,5 @@ def save_record(directory: Path, record: NodeRecord) -> Path:
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)
-        raise NodeFileError(f"{path}: cannot write ({e.strerror})") from None
+        raise NodeFileError(f"{path}: cannot write ({e.strerror})") from e
     return path

@@ -7,26 +7,29 @@
   (:func:`~hypertrain.node.identity.choose_key`: ``--key`` > node.json for the same origin >
   mint), register, and save node.json (0600) after every successful register. A coordinator
   that cannot be reached is retried with the loop's backoff (``--once``: exit 1); a refused
-  register (401, 409, 400) is :class:`NodeFatal`.
+  register (401, 409, 400) is :class:`~hypertrain.node.errors.NodeFatal`.
 - **Loop**: re-probe once :data:`CAPABILITY_REFRESH` seconds (Trio time) have passed since the
   last probe; lease (a long poll; lease calls start at least ``min_poll_interval`` apart, so a
-  server answering ``{"job": null}`` at once cannot make the node spin). A job is parsed
-  (:class:`~hypertrain.node.offer.JobOffer`; malformed or hostile: abandoned) and checked against
-  the local registry (:func:`~hypertrain.node.offer.fit`; otherwise skipped with an "upgrade"
-  line). Its inputs are ensured in the cache (re-hashed before use; a mismatch abandons the
-  job), bounded by ``input_timeout``; linked into a private job directory; scored (``score``;
-  production :func:`~hypertrain.scoring.sandbox.run_scorer`); the result posted with the lease
-  token; the job directory dropped. An abandoned or skipped job posts nothing: its lease
+  server answering ``{"job": null}`` at once cannot make the node spin). A job arrives decoded
+  (a :class:`~hypertrain.compute.wire.LeaseGrant`; malformed or hostile:
+  :class:`~hypertrain.node.errors.BadOffer`, abandoned) and is checked against the local
+  registry (:func:`~hypertrain.node.offer.fit`; otherwise skipped with an "upgrade" line). Its
+  inputs are ensured in the cache (re-hashed before use; a mismatch abandons the job), bounded
+  by ``input_timeout``; linked into a private job directory; scored (``score``; production
+  :func:`~hypertrain.scoring.sandbox.run_scorer`); the result posted with the lease token; the
+  job directory dropped. An abandoned or skipped job posts nothing: its lease
   expires without a strike. A post's 410 (late) or 409 is reported, not fatal.
 - **Disabled** (the lease's 403): one line with the re-enable time, then bounded sleeps
   (at most ``disabled_recheck`` each) until then, and leasing again; never an exit (``--once``:
   exit 1).
 - **Errors** (unreachable, 5xx, 429, other refusals) back off ``backoff_start`` doubling to
   ``backoff_cap`` seconds, reset by the next successful lease. A 401 during the loop is
-  :class:`NodeFatal` (the key is gone on the coordinator).
+  :class:`~hypertrain.node.errors.NodeFatal` (the key is gone on the coordinator).
 - **Stopping**: cancellation (Ctrl-C/SIGTERM through the supervisor) ends everything at once; a
   job in progress is not posted; :meth:`NodeRunner.statistics` still answers.
 - **Output**: one line per event through ``say`` (stderr in production); never the key.
+  :meth:`NodeRunner.statistics` is a :class:`NodeStatistics` (``--json`` prints its
+  converter JSON).
 
 ``--once`` (:meth:`NodeRunner.run` with ``once=True``): one lease poll; returns 0 after an empty
 poll or a posted job (whatever the coordinator answered), 1 otherwise.
@@ -36,25 +39,29 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Annotated, Final, Literal
 
 import attrs
 import trio
+from cattrs.gen import override
 
 from hypertrain.compute.keys import is_node_key
-from hypertrain.compute.model import iso_ms
-from hypertrain.node.cache import InputCache, InputMismatch
-from hypertrain.node.client import (
+from hypertrain.compute.wire import LeaseGrant
+from hypertrain.node.cache import InputCache
+from hypertrain.node.client import NodeClient
+from hypertrain.node.errors import (
+    BadOffer,
     Disabled,
-    NodeClient,
+    InputMismatch,
     NodeClientError,
+    NodeFatal,
     Refused,
     Unauthorized,
     Unreachable,
 )
 from hypertrain.node.identity import choose_key, origin_of
 from hypertrain.node.nodefile import NodeRecord, load_record, save_record
-from hypertrain.node.offer import BadOffer, JobOffer, describe, fit, result_body
+from hypertrain.node.offer import describe, fit, result_post
 from hypertrain.scoring.outcome import ScoreOutcome
 from hypertrain.scoring.registry import REGISTRY, Challenge
 from nurseries import WallClock
@@ -63,7 +70,6 @@ __all__ = [
     "CAPABILITY_REFRESH",
     "DEFAULT_SETTINGS",
     "LastJob",
-    "NodeFatal",
     "NodeRunner",
     "NodeStatistics",
     "Probed",
@@ -75,10 +81,6 @@ CAPABILITY_REFRESH: Final = 600.0
 """Seconds after which the next loop turn probes the machine again (node document)."""
 
 Turn = Literal["empty", "posted", "skipped", "abandoned", "disabled"]
-
-
-class NodeFatal(Exception):
-    """The node cannot go on (register refused, key unknown); exit status 1."""
 
 
 @attrs.frozen
@@ -125,12 +127,16 @@ class LastJob:
     posted: str
 
 
+_SHOWN = override(omit_if_default=False)
+
+
 @attrs.frozen
 class NodeStatistics:
-    """Counters for the volunteer and the ``--json`` summary."""
+    """Counters for the volunteer and the ``--json`` summary (its JSON is the converter's, with
+    ``null`` for what is not known yet)."""
 
-    node_id: str | None
-    handle: str | None
+    node_id: Annotated[str | None, _SHOWN]
+    handle: Annotated[str | None, _SHOWN]
     jobs: int
     """Jobs scored."""
     posted: int
@@ -139,10 +145,7 @@ class NodeStatistics:
     """Results answered 200."""
     skipped: int
     abandoned: int
-    last_job: LastJob | None
-
-    def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+    last_job: Annotated[LastJob | None, _SHOWN]
 
 
 class NodeRunner:
@@ -196,7 +199,7 @@ class NodeRunner:
                 break
             except Unreachable as e:
                 if once:
-                    raise NodeFatal(f"cannot register at {self.client.base_url}: {e}") from None
+                    raise NodeFatal(f"cannot register at {self.client.base_url}: {e}") from e
                 await self._back_off(f"cannot register at {self.client.base_url}: {e}")
         self._backoff = self.settings.backoff_start
         if once:
@@ -228,18 +231,16 @@ class NodeRunner:
                 key, self.handle, probed.capabilities, probed.hardware
             )
         except (Unauthorized, Refused) as e:
-            raise NodeFatal(f"register refused by {self.client.base_url}: {e}") from None
-        minted = answer.get("key")
-        if key is None and not isinstance(minted, str):
-            raise NodeFatal("the coordinator minted no key")
+            raise NodeFatal(f"register refused by {self.client.base_url}: {e}") from e
+        minted = answer.key
         key = minted if key is None else key
+        if key is None:
+            raise NodeFatal("the coordinator minted no key")
         if not is_node_key(key):
             raise NodeFatal("the coordinator minted a key of the wrong shape")
-        node_id, handle = answer.get("node_id"), answer.get("handle")
-        if not isinstance(node_id, str) or not isinstance(handle, str):
-            raise NodeFatal("the register answer has no node_id or handle")
+        node_id, handle = answer.node_id, answer.handle
         record = NodeRecord(
-            key=str(key),
+            key=key,
             node_id=node_id,
             handle=handle,
             coordinator=self.origin,
@@ -271,37 +272,40 @@ class NodeRunner:
         await trio.sleep_until(self._last_lease_at + self.settings.min_poll_interval)
         self._last_lease_at = trio.current_time()
         try:
-            job = await self.client.lease(
+            grant = await self.client.lease(
                 probed.capabilities, probed.hardware, self.settings.lease_wait_ms
             )
         except Disabled as e:
             await self._disabled(e, once)
             return "disabled"
         except Unauthorized as e:
-            raise NodeFatal(f"the coordinator no longer knows this node's key: {e}") from None
+            raise NodeFatal(f"the coordinator no longer knows this node's key: {e}") from e
+        except BadOffer as e:
+            self._answered()
+            return self._drop("abandoned", "offer", f"malformed offer ({e})")
+        self._answered()
+        if grant is None:
+            return "empty"
+        return await self._job(grant)
+
+    def _answered(self) -> None:
+        """The lease was answered: the error backoff and the disabled notice start over."""
         self._backoff = self.settings.backoff_start
         self._disabled_seen = None
-        if job is None:
-            return "empty"
-        return await self._job(job)
 
     async def _disabled(self, e: Disabled, once: bool) -> None:
         now_ms = round(self._wall.now() * 1000)
         seen = (e.reenable_at_ms, e.detail)
         if self._disabled_seen != seen:
             self._disabled_seen = seen
-            until = e.reenable_at or (
-                iso_ms(e.reenable_at_ms) if e.reenable_at_ms is not None else "further notice"
-            )
             waiting = "" if once else "; waiting"
-            self._say(f"disabled until {until} ({e.detail}){waiting}")
+            self._say(f"disabled until {e.reenable_at} ({e.detail}){waiting}")
         if once:
             return
-        wait = self.settings.disabled_recheck
-        if e.reenable_at_ms is not None:
-            wait = min(
-                wait, max(self.settings.disabled_min_wait, (e.reenable_at_ms - now_ms) / 1000)
-            )
+        wait = min(
+            self.settings.disabled_recheck,
+            max(self.settings.disabled_min_wait, (e.reenable_at_ms - now_ms) / 1000),
+        )
         await trio.sleep(wait)
 
     # -- one job -------------------------------------------------------------------------
@@ -311,12 +315,7 @@ class NodeRunner:
         self._say(f"job {name} {kind}: {why}; nothing posted (the lease expires, no strike)")
         return kind
 
-    async def _job(self, job: dict[str, Any]) -> Turn:
-        name = str(job.get("id"))[:80]
-        try:
-            offer = JobOffer.from_json(job)
-        except BadOffer as e:
-            return self._drop("abandoned", repr(name), f"malformed offer ({e})")
+    async def _job(self, offer: LeaseGrant) -> Turn:
         challenge = fit(offer, self.registry)
         if isinstance(challenge, str):
             why = f"{challenge}; upgrade hypertrain on this node to run such jobs"
@@ -326,7 +325,7 @@ class NodeRunner:
             with trio.fail_after(self.settings.input_timeout):
                 for spec in offer.inputs:
                     await self.cache.ensure(
-                        spec, lambda s: self.client.fetch_input(offer.copy_id, offer.lease, s)
+                        spec, lambda s: self.client.fetch_input(offer.copy_id, offer.token, s)
                     )
             paths = self.cache.link_job(offer.copy_id, offer.inputs)
         except (InputMismatch, OSError) as e:
@@ -349,17 +348,17 @@ class NodeRunner:
         return await self._post(offer, challenge, outcome, label)
 
     async def _post(
-        self, offer: JobOffer, challenge: Challenge, outcome: ScoreOutcome, label: str
+        self, offer: LeaseGrant, challenge: Challenge, outcome: ScoreOutcome, label: str
     ) -> Turn:
         done = describe(challenge, outcome)
         try:
-            answer = await self.client.post_result(offer.copy_id, result_body(offer, outcome))
+            answer = await self.client.post_result(offer.copy_id, result_post(offer, outcome))
         except Unreachable:
             self._record(offer, outcome, "not delivered")
             self._say(f"job {label}: {done} -> not delivered")
             raise
         except Unauthorized as e:
-            raise NodeFatal(f"the coordinator no longer knows this node's key: {e}") from None
+            raise NodeFatal(f"the coordinator no longer knows this node's key: {e}") from e
         except Refused as e:
             self._record(offer, outcome, f"refused: {e}")
             self._say(f"job {label}: {done} -> refused ({e})")
@@ -374,7 +373,7 @@ class NodeRunner:
         )
         return "posted"
 
-    def _record(self, offer: JobOffer, outcome: ScoreOutcome, posted: str) -> None:
+    def _record(self, offer: LeaseGrant, outcome: ScoreOutcome, posted: str) -> None:
         self._last_job = LastJob(
             offer.copy_id, offer.challenge, outcome.ok, outcome.wall_ms, posted
         )

@@ -21,6 +21,7 @@ from hypertrain.compute import (
     Job,
     LeaseGrant,
     Node,
+    Submitted,
     enqueue_step,
     expire_due,
     fallback_due,
@@ -32,6 +33,7 @@ from hypertrain.compute import (
     submit_result,
 )
 from hypertrain.compute.rows import Copy, get_job, job_copies
+from hypertrain.protocol.converter import unstructure
 from hypertrain.scoring.registry import get_challenge
 from hypertrain.store import Database
 
@@ -173,12 +175,14 @@ class Book:
     async def post(
         self, node: Node, copy_id: str, body: object, now: int
     ) -> tuple[int, dict[str, Any]]:
-        def run(conn: sqlite3.Connection) -> tuple[int, dict[str, Any], list[Event]]:
+        """The answer as its JSON (what the route sends)."""
+
+        def run(conn: sqlite3.Connection) -> Submitted:
             return submit_result(conn, node, copy_id, body, now, settings=self.settings)
 
         status, reply, events = await self.db.write(run)
         self._keep(events)
-        return status, reply
+        return status, unstructure(reply)
 
     async def expire(self, now: int) -> list[Event]:
         events = await self.db.write(lambda c: expire_due(c, now, settings=self.settings))

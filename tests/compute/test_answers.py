@@ -1,4 +1,5 @@
-"""Result bodies parsed strictly against the job's challenge (scenario 30)."""
+"""Result bodies parsed strictly against the job's challenge (scenario 30): the converter
+decodes the :class:`ResultPost`, :func:`answer_of` checks its answer for the challenge."""
 
 from __future__ import annotations
 
@@ -10,11 +11,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hypertrain.compute import ERROR_TEXT_LIMIT, Answer, parse_answer, parse_body
+from hypertrain.compute import ERROR_TEXT_LIMIT, Answer, ResultPost, answer_of, parse_answer
+from hypertrain.protocol.converter import structure
 from hypertrain.protocol.errors import Malformed
-from hypertrain.scoring.registry import DELTA_LOSS, STEP_THROUGHPUT
+from hypertrain.scoring.registry import DELTA_LOSS, STEP_THROUGHPUT, Challenge
 
 FP = "ab" * 32
+
+
+def parse_body(challenge: Challenge, body: object) -> tuple[ResultPost, Answer]:
+    """A posted body as the book reads it: decoded, then checked against the challenge."""
+    post = structure(ResultPost, body)
+    return post, answer_of(challenge, post)
 
 
 def det(**result: Any) -> dict[str, Any]:
@@ -31,10 +39,10 @@ def timing(value: object, **extra: Any) -> dict[str, Any]:
 
 
 def test_a_deterministic_answer_keeps_objective_and_fingerprint_only() -> None:
-    posted = parse_body(DELTA_LOSS, det(extra={"a": 1}, tokens=9))
-    assert posted.lease == "lt_x"
-    assert posted.answer == Answer.success("3f800000", FP, wall_ms=812)
-    assert posted.answer.key() == parse_body(DELTA_LOSS, det(wallMs=1)).answer.key()
+    post, answer = parse_body(DELTA_LOSS, det(extra={"a": 1}, tokens=9))
+    assert post.lease == "lt_x"
+    assert answer == Answer.success("3f800000", FP, wall_ms=812)
+    assert answer.key() == parse_body(DELTA_LOSS, det(wallMs=1))[1].key()
 
 
 @pytest.mark.parametrize(
@@ -52,7 +60,7 @@ def test_a_deterministic_answer_keeps_objective_and_fingerprint_only() -> None:
         (det(wallMs=-1), "wallMs"),
         (det(wallMs=1.5), "wallMs"),
         (det(wallMs=True), "wallMs"),
-        ({**det(), "extra": 1}, "unknown keys"),
+        ({**det(), "extra": 1}, "unknown field"),
         ({**det(), "class": "oom"}, "class"),
         ({**det(), "busy": True}, "busy"),
         ({"ok": True, "result": det()["result"]}, "lease"),
@@ -88,29 +96,29 @@ def test_huge_exponent_and_nan_literals_from_json_are_refused() -> None:
 
 
 def test_one_and_one_point_zero_are_the_same_answer() -> None:
-    a = parse_body(STEP_THROUGHPUT, timing(1)).answer
-    b = parse_body(STEP_THROUGHPUT, timing(1.0)).answer
+    a = parse_body(STEP_THROUGHPUT, timing(1))[1]
+    b = parse_body(STEP_THROUGHPUT, timing(1.0))[1]
     assert a == b
     assert a.key() == b.key()
     assert isinstance(a.objective, float)
 
 
 def test_failures_carry_a_class_and_truncated_display_text() -> None:
-    oom = parse_answer(DELTA_LOSS, {"ok": False, "class": "oom", "error": "x" * 9999})
+    oom = parse_answer(DELTA_LOSS, ok=False, failure="oom", error="x" * 9999)
     assert oom.failure == "oom"
     assert oom.error is not None
     assert len(oom.error) == ERROR_TEXT_LIMIT
-    assert parse_answer(DELTA_LOSS, {"ok": False}).failure == "crash"
-    assert parse_answer(DELTA_LOSS, {"ok": False, "class": "segfault"}).failure == "crash"
-    text_a = parse_answer(DELTA_LOSS, {"ok": False, "class": "oom", "error": "killed"})
+    assert parse_answer(DELTA_LOSS, ok=False).failure == "crash"
+    assert parse_answer(DELTA_LOSS, ok=False, failure="segfault").failure == "crash"
+    text_a = parse_answer(DELTA_LOSS, ok=False, failure="oom", error="killed")
     assert oom.key() == text_a.key()
 
 
 def test_busy_is_its_own_answer() -> None:
-    busy = parse_answer(DELTA_LOSS, {"ok": False, "busy": True, "error": "queue full"})
+    busy = parse_answer(DELTA_LOSS, ok=False, busy=True, error="queue full")
     assert busy.busy
     assert busy.key() == '["busy"]'
-    assert busy != parse_answer(DELTA_LOSS, {"ok": False})
+    assert busy != parse_answer(DELTA_LOSS, ok=False)
 
 
 @given(

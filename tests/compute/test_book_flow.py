@@ -23,7 +23,7 @@ async def test_two_agreeing_nodes_settle_and_are_paid_once(book: Book) -> None:
     assert ga is not None
     assert gb is not None
     assert {ga.copy_id, gb.copy_id} == {f"{job}.1", f"{job}.2"}
-    assert ga.to_json()["inputs"][0]["name"] == "model.json"
+    assert ga.inputs[0].name == "model.json"
     assert ga.deadline_ms == T0 + 1 + 90_000
     assert await book.lease(a, T0 + 3) is None
     status, reply = await book.post(a, ga.copy_id, good(ga), T0 + 10)
@@ -39,6 +39,7 @@ async def test_two_agreeing_nodes_settle_and_are_paid_once(book: Book) -> None:
     assert book.kinds() == [
         "register",
         "register",
+        "queued",
         "lease",
         "lease",
         "result",
@@ -48,7 +49,7 @@ async def test_two_agreeing_nodes_settle_and_are_paid_once(book: Book) -> None:
         "accepted",
     ]
     # Before settlement no event names a node.
-    for kind, payload in book.events[:6]:
+    for kind, payload in book.events[:7]:
         assert "node" not in payload or kind == "register"
 
 

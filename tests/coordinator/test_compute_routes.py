@@ -70,7 +70,7 @@ async def _enqueue(handle: DaemonHandle, label: str) -> str:
     for name in DELTA_LOSS.inputs:
         info = await ctx.objects.put_bytes(f"{label}:{name}".encode())
         inputs.append({"name": name, "sha256": info.sha256, "size": info.size})
-    job_id, _ = await ctx.db.write(
+    job_id, events = await ctx.db.write(
         partial(
             enqueue_step,
             challenge_id=DELTA_LOSS.id,
@@ -82,8 +82,7 @@ async def _enqueue(handle: DaemonHandle, label: str) -> str:
             settings=ctx.compute.settings,
         )
     )
-    ctx.compute.work_changed()
-    ctx.compute.timers_changed()
+    ctx.compute.publish(events)
     return job_id
 
 
@@ -351,3 +350,155 @@ async def test_a_restarted_daemon_keeps_open_leases_and_their_deadlines(
     assert replaced_at == jb["deadline_ms"] + 1
     assert settled.json()["status"] == "counted"
     assert job == ("settled", "agreement")
+
+
+async def test_a_split_wakes_a_held_lease_poll_with_the_third_copy_at_once(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The result that splits a step queues its third copy; the poll waiting for work gets it
+    at that very instant, not at the end of its 25 s hold."""
+    async with _daemon(tmp_path, Fallbacks()) as (handle, client):
+        a, b, c = await _node(client), await _node(client), await _node(client)
+        await _enqueue(handle, "x")
+        ja = (await _lease(client, a)).json()["job"]
+        jb = (await _lease(client, b)).json()["job"]
+        answered: list[tuple[float, httpx.Response]] = []
+        async with trio.open_nursery() as nursery:
+
+            async def poll() -> None:
+                response = await _lease(client, c)
+                answered.append((trio.current_time(), response))
+
+            nursery.start_soon(poll)
+            await trio.sleep(5)  # c's poll is held: no copy is leasable for it
+            assert answered == []
+            assert (await _post(client, a, ja, LOSS)).json()["job_state"] == "queued"
+            split = await _post(client, b, jb, OTHER)
+            split_at = trio.current_time()
+    ((at, response),) = answered
+    third = response.json()["job"]
+    assert split.json()["job_state"] == "queued"
+    assert third is not None
+    assert third["job"] == ja["job"]
+    assert third["id"] not in (ja["id"], jb["id"])
+    assert at == split_at
+
+
+async def test_a_busy_copy_given_back_wakes_a_held_lease_poll_at_once(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with _daemon(tmp_path, Fallbacks()) as (handle, client):
+        a, b, c = await _node(client), await _node(client), await _node(client)
+        await _enqueue(handle, "x")
+        ja = (await _lease(client, a)).json()["job"]
+        await _lease(client, b)
+        answered: list[tuple[float, httpx.Response]] = []
+        async with trio.open_nursery() as nursery:
+
+            async def poll() -> None:
+                response = await _lease(client, c)
+                answered.append((trio.current_time(), response))
+
+            nursery.start_soon(poll)
+            await trio.sleep(5)
+            released = await client.post(
+                f"/v1/compute/jobs/{ja['id']}/result",
+                json={"lease": ja["lease"], "ok": False, "busy": True},
+                headers=_auth(a),
+            )
+            released_at = trio.current_time()
+    ((at, response),) = answered
+    assert released.json() == {"copy": ja["id"], "status": "released"}
+    assert response.json()["job"]["job"] == ja["job"]
+    assert at == released_at
+
+
+async def test_a_third_copy_nobody_takes_goes_to_the_fallback_when_its_window_ends(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The split's fresh 20 s window wakes the reaper (its plan was the leases' 90 s deadlines)
+    and the fallback event wakes the pool: both at the window's end, in virtual time."""
+    fallbacks = Fallbacks()
+    timeline: list[tuple[float, str]] = []
+    async with (
+        _daemon(tmp_path, fallbacks) as (handle, client),
+        trio.open_nursery() as bg,
+        handle.ctx.events.subscribe(frozenset({"compute"})) as sub,
+    ):
+
+        async def collect() -> None:
+            async for event in sub:
+                timeline.append((trio.current_time(), json.loads(event.json)["kind"]))
+
+        bg.start_soon(collect)
+        a, b = await _node(client), await _node(client)
+        await _enqueue(handle, "x")
+        ja = (await _lease(client, a)).json()["job"]
+        jb = (await _lease(client, b)).json()["job"]
+        await trio.sleep(1)
+        await _post(client, a, ja, LOSS)
+        await _post(client, b, jb, OTHER)
+        await trio.sleep(40)
+        bg.cancel_scope.cancel()
+    at = {kind: t for t, kind in timeline}
+    assert [kind for _, kind in timeline if kind in ("split", "fallback", "settled")] == [
+        "split",
+        "fallback",
+        "settled",
+    ]
+    assert at["fallback"] - at["split"] == pytest.approx(20.0, abs=0.002)
+    assert at["settled"] == at["fallback"]
+    assert fallbacks.scored == ["x:trace.u16"]
+
+
+async def test_a_result_post_is_one_write_transaction(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Authentication and submission commit together; a refused post rolls back as one."""
+    async with _daemon(tmp_path, Fallbacks()) as (handle, client):
+        a, b = await _node(client), await _node(client)
+        await _enqueue(handle, "x")
+        ja = (await _lease(client, a)).json()["job"]
+        await _lease(client, b)
+        await trio.testing.wait_all_tasks_blocked()  # the reaper's pass for the leases is done
+        db = handle.ctx.db
+        before = db.statistics()
+        counted = await _post(client, a, ja, LOSS)
+        between = db.statistics()
+        changed = await _post(client, a, ja, OTHER)
+        after = db.statistics()
+    assert (counted.status_code, changed.status_code) == (200, 409)
+    assert (between.writes - before.writes, between.rollbacks - before.rollbacks) == (1, 0)
+    assert (after.writes - between.writes, after.rollbacks - between.rollbacks) == (0, 1)
+
+
+async def test_malformed_lease_and_result_bodies_are_400_naming_the_field(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with _daemon(tmp_path, Fallbacks()) as (handle, client):
+        node = await _node(client)
+        await _enqueue(handle, "x")
+        refused = []
+        for body, field in [
+            ({"wait_ms": True}, "wait_ms"),
+            ({"wait_ms": 25_001}, "wait_ms"),
+            ({"wait_ms": 2**60}, "wait_ms"),
+            ({"capabilities": "delta-loss"}, "capabilities"),
+            ({"waitMs": 1000}, "unknown field"),
+        ]:
+            r = await client.post("/v1/compute/jobs/lease", json=body, headers=_auth(node))
+            refused.append((r, field))
+        job = (await _lease(client, node)).json()["job"]
+        url = f"/v1/compute/jobs/{job['id']}/result"
+        for body, field in [
+            ({"lease": job["lease"], "ok": True, "result": [1]}, "result"),
+            ({"lease": job["lease"], "ok": 1}, "ok"),
+            ({"lease": job["lease"], "ok": False, "class": 3}, "class"),
+            ({"lease": job["lease"], "ok": True, "result": {**LOSS, "wallMs": True}}, "wallMs"),
+        ]:
+            refused.append((await client.post(url, json=body, headers=_auth(node)), field))
+        counted = await _post(client, node, job, LOSS)
+    for response, field in refused:
+        assert response.status_code == 400, (field, response.text)
+        assert field in response.json()["detail"]
+    assert counted.json()["status"] == "counted"

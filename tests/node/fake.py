@@ -135,7 +135,14 @@ class FakeCoordinator:
             self.results.append((parts[4], body))
             if self.post_status == 410:
                 return _answer(410, {"detail": "the step was already settled"})
-            return _answer(200, {"copy": parts[4], "status": "counted"})
+            counted = {
+                "copy": parts[4],
+                "status": "counted",
+                "verdict": None,
+                "job_state": "queued",
+                "compute_credits": 0,
+            }
+            return _answer(200, counted)
         return _answer(404, {"detail": "no route"})
 
     def _register(self, body: dict[str, Any]) -> httpx.Response:
@@ -148,7 +155,7 @@ class FakeCoordinator:
         elif key not in self.keys:
             return _answer(401, {"detail": "unknown node key"})
         answer = {
-            "node_id": self.keys[key],
+            "id": self.keys[key],
             "handle": body.get("handle") or new_handle(),
             "capabilities": body["capabilities"],
             "hardware": body["hardware"],
@@ -156,6 +163,7 @@ class FakeCoordinator:
             "credits": 0,
             "compute_credits": 0,
             "last_seen": 0,
+            "node_id": self.keys[key],
         }
         if minted is not None:
             answer["key"] = minted

@@ -14,13 +14,35 @@ import trio
 import trio.testing
 
 from hypertrain.compute.keys import mint_key
-from hypertrain.node.cache import InputCache, InputMismatch, InputSpec
-from hypertrain.node.client import NodeClient, Refused, RetryPolicy, Unreachable
-from hypertrain.node.identity import IdentityError, coordinator_url, origin_of
+from hypertrain.compute.wire import InputFile, ResultPost
+from hypertrain.node.cache import InputCache
+from hypertrain.node.client import NodeClient, RetryPolicy
+from hypertrain.node.errors import BadOffer, IdentityError, InputMismatch, Refused, Unreachable
+from hypertrain.node.identity import coordinator_url, origin_of
 from hypertrain.node.main import main
+from tests.node.fake import FakeCoordinator
 
 URL = "http://127.0.0.1:8000"
 KEY = mint_key()
+POST = ResultPost(lease="lt_x", ok=True, result={})
+COUNTED = {
+    "copy": "j1.1",
+    "status": "counted",
+    "verdict": None,
+    "job_state": "queued",
+    "compute_credits": 1,
+}
+REGISTERED = {
+    "id": "n1",
+    "handle": "node-1",
+    "capabilities": ["delta-loss"],
+    "hardware": "cpu-generic",
+    "jobs_done": 0,
+    "credits": 0,
+    "compute_credits": 0,
+    "last_seen": 0,
+    "node_id": "n1",
+}
 
 Handler = Callable[[httpx.Request], httpx.Response]
 
@@ -42,8 +64,11 @@ def _result_handler(script: list[int | type[Exception]], seen: list[float]) -> H
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(trio.current_time())
         step = script.pop(0) if script else 200
+        if isinstance(step, int) and step != 200:
+            return httpx.Response(step, json={"detail": "x"})
         if isinstance(step, int):
-            return httpx.Response(step, json={"copy": "j1.1", "status": "counted", "detail": "x"})
+            registering = request.url.path.endswith("/register")
+            return httpx.Response(200, json=REGISTERED if registering else COUNTED)
         raise step("network down")
 
     return handler
@@ -54,25 +79,25 @@ async def test_the_result_post_retries_network_errors_only(
 ) -> None:
     seen: list[float] = []
     async with _client(_result_handler([httpx.ConnectError, httpx.ReadTimeout], seen)) as client:
-        answer = await client.post_result("j1.1", {"lease": "lt_x", "ok": True, "result": {}})
+        answer = await client.post_result("j1.1", POST)
     assert (answer.accepted, answer.status) == (True, "counted")
     assert [round(b - a, 3) for a, b in itertools.pairwise(seen)] == [0.5, 1.0]
     seen.clear()
     async with _client(_result_handler([503], seen)) as client:
         with pytest.raises(Refused, match="503"):
-            await client.post_result("j1.1", {"lease": "lt_x", "ok": True, "result": {}})
+            await client.post_result("j1.1", POST)
     assert len(seen) == 1
     seen.clear()
     async with _client(_result_handler([httpx.ConnectError] * 9, seen)) as client:
         with pytest.raises(Unreachable, match="ConnectError"):
-            await client.post_result("j1.1", {"lease": "lt_x", "ok": True, "result": {}})
+            await client.post_result("j1.1", POST)
     assert len(seen) == RetryPolicy().attempts
     async with _client(_result_handler([410], seen)) as client:
-        late = await client.post_result("j1.1", {"lease": "lt_x", "ok": True, "result": {}})
+        late = await client.post_result("j1.1", POST)
     assert (late.accepted, late.http_status) == (False, 410)
     async with _client(_result_handler([], seen)) as client:
         with pytest.raises(Refused, match="over 65536 bytes"):
-            await client.post_result("j1.1", {"lease": "lt_x", "ok": False, "error": "x" * 70_000})
+            await client.post_result("j1.1", ResultPost(lease="lt_x", ok=False, error="x" * 70_000))
 
 
 async def test_a_mint_is_not_repeated_once_the_request_may_have_arrived(
@@ -91,7 +116,7 @@ async def test_a_mint_is_not_repeated_once_the_request_may_have_arrived(
     seen.clear()
     async with _client(_result_handler([502, httpx.ReadTimeout], seen)) as client:
         answer = await client.register(KEY, None, ["delta-loss"], "cpu-generic")
-    assert answer["status"] == "counted"
+    assert answer.node_id == "n1"
     assert len(seen) == 3
 
 
@@ -99,7 +124,7 @@ async def test_inputs_stream_from_the_coordinator_only_with_the_declared_size_as
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
     data = b"trace" * 1000
-    spec = InputSpec("trace.u16", hashlib.sha256(data).hexdigest(), len(data))
+    spec = InputFile("trace.u16", hashlib.sha256(data).hexdigest(), len(data))
     script: list[httpx.Response] = [
         httpx.Response(503, json={"detail": "stopping"}),
         _streamed(data),
@@ -120,7 +145,7 @@ async def test_inputs_stream_from_the_coordinator_only_with_the_declared_size_as
         assert requests[1].headers["authorization"] == f"Bearer {KEY}"
         assert requests[1].headers["x-ht-lease"] == "lt_tok"
         assert requests[1].headers["accept-encoding"] == "identity"
-        other = InputSpec("state.bin", spec.sha256, len(data) - 1)
+        other = InputFile("state.bin", spec.sha256, len(data) - 1)
         script.append(_streamed(data))
         with pytest.raises(InputMismatch, match="offers 5000 bytes, declared 4999"):
             await cache.ensure(other, lambda s: client.fetch_input("j1.1", "lt_tok", s))
@@ -169,3 +194,31 @@ def test_main_reports_usage_errors_in_one_line_with_status_2(
     (tmp_path / "node.json").chmod(0o644)
     assert main(["--dir", str(tmp_path), "--once"]) == 2
     assert "lets others read it" in capsys.readouterr().err
+
+
+async def test_a_hostile_lease_answer_is_a_bad_offer_naming_the_field(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Decoded by the shared wire class before anything is fetched: bools are not ints, ints
+    stay within 2^53 - 1, names are safe; an answer that is not an object at all is refused."""
+    good = FakeCoordinator().offer("j1.1")
+    cases = [
+        ({**good, "version": True}, "version"),
+        ({**good, "deadline_ms": 2**53}, "deadline_ms"),
+        ({**good, "inputs": [{**good["inputs"][0], "name": "../x"}]}, "name"),
+        ({**good, "lease": 7}, "token"),
+    ]
+    requests: list[httpx.Request] = []
+    for job, field in cases:
+
+        def handler(request: httpx.Request, job: object = job) -> httpx.Response:
+            requests.append(request)
+            return httpx.Response(200, json={"job": job})
+
+        async with _client(handler) as client:
+            with pytest.raises(BadOffer, match=field):
+                await client.lease(["delta-loss"], "cpu-generic")
+    assert all(r.url.path == "/v1/compute/jobs/lease" for r in requests)
+    async with _client(lambda r: httpx.Response(200, json=[good])) as client:
+        with pytest.raises(Refused, match="not a JSON object"):
+            await client.lease(["delta-loss"], "cpu-generic")

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from hypertrain.node.cache import InputCache, InputMismatch, InputSpec
+from hypertrain.compute.wire import InputFile
+from hypertrain.node.cache import InputCache
+from hypertrain.node.errors import InputMismatch, NodeFileError
 from hypertrain.node.nodefile import (
-    NodeFileError,
     NodeRecord,
     is_node_key,
     load_record,
@@ -111,12 +112,12 @@ def test_a_tool_probe_runs_the_tool() -> None:
     assert not broken["torch"].present
 
 
-def _spec(data: bytes, name: str = "trace.u16") -> InputSpec:
-    return InputSpec(name, hashlib.sha256(data).hexdigest(), len(data))
+def _spec(data: bytes, name: str = "trace.u16") -> InputFile:
+    return InputFile(name, hashlib.sha256(data).hexdigest(), len(data))
 
 
 def _serve(data: bytes, calls: list[str]):  # type: ignore[no-untyped-def]
-    async def fetch(spec: InputSpec) -> AsyncIterator[bytes]:
+    async def fetch(spec: InputFile) -> AsyncIterator[bytes]:
         calls.append(spec.name)
         for i in range(0, len(data), 3):
             yield data[i : i + 3]
@@ -163,4 +164,4 @@ async def test_job_links_are_named_by_checked_names(tmp_path: Path) -> None:
         with pytest.raises(BadInput, match="is not"):
             check_input_name(hostile)
     with pytest.raises(ValueError, match="sha256"):
-        InputSpec("a", "ABC", 1)
+        InputFile("a", "ABC", 1)

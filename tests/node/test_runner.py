@@ -18,7 +18,7 @@ import trio.testing
 from hypertrain.compute.keys import mint_key
 from hypertrain.compute.model import iso_ms
 from hypertrain.node.client import NodeClient
-from hypertrain.node.identity import IdentityError
+from hypertrain.node.errors import IdentityError
 from hypertrain.node.nodefile import NodeRecord, load_record, save_record
 from hypertrain.node.runner import NodeRunner, Probed, RunnerSettings
 from hypertrain.scoring.outcome import ScoreOutcome

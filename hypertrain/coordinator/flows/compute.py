@@ -1,5 +1,9 @@
-"""The compute routes' reads that are not the book's own (:mod:`.web.compute`).
+"""The compute routes' transactions that are not the book's own (:mod:`.web.compute`).
 
+- :func:`receive_result`: a result post in ONE write: the node's key is authenticated (401
+  missing, malformed or unknown; the node is marked seen), the body parsed as strict JSON
+  (400), then :func:`~hypertrain.compute.submit_result` takes it (its own status table:
+  200/410 answered, 400/403/404/409 refused). A refusal rolls the whole transaction back;
 - :func:`input_of`: which object a node may download as an input of a copy it holds (403 not
   its lease, wrong token or past the deadline; 404 unknown copy or input name);
 - :func:`benchmark_target`: the run and round a benchmark measures on (409 when ambiguous);
@@ -11,18 +15,37 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Final
 
-from hypertrain.compute import Node, secret_matches
+from hypertrain.compute import (
+    ComputeSettings,
+    Node,
+    Submitted,
+    authenticate,
+    secret_matches,
+    submit_result,
+)
 from hypertrain.compute.rows import get_copy, get_job
+from hypertrain.compute.wire import LEASE_HEADER
 from hypertrain.coordinator.tables.runs import get_run, list_runs, next_round_w
 from hypertrain.protocol.errors import Conflict, Forbidden, NotFound
+from hypertrain.protocol.jcs import parse_json
 
-__all__ = ["HIDDEN_TRACE", "LEASE_HEADER", "benchmark_target", "input_of", "job_view"]
-
-LEASE_HEADER: Final = "X-HT-Lease"
-"""The header that carries a copy's lease token on input downloads."""
-
+__all__ = ["HIDDEN_TRACE", "benchmark_target", "input_of", "job_view", "receive_result"]
 
 HIDDEN_TRACE: Final = "trace.u16"
+
+
+def receive_result(
+    conn: sqlite3.Connection,
+    key: str,
+    copy_id: str,
+    body: bytes,
+    now_ms: int,
+    *,
+    settings: ComputeSettings,
+) -> Submitted:
+    """One result post, authentication and submission together (module doc)."""
+    node = authenticate(conn, key, now_ms)
+    return submit_result(conn, node, copy_id, parse_json(body), now_ms, settings=settings)
 
 
 def input_of(
@@ -39,8 +62,8 @@ def input_of(
         raise Forbidden(f"copy {copy_id} is no longer leased ({copy.state})")
     job = get_job(conn, copy.job_id)
     for item in job.inputs:
-        if item["name"] == name:
-            return str(item["sha256"]), job.step == "hidden" and name == HIDDEN_TRACE, job.challenge
+        if item.name == name:
+            return item.sha256, job.step == "hidden" and name == HIDDEN_TRACE, job.challenge
     raise NotFound(f"copy {copy_id} has no input {name!r:.80}")
 
 

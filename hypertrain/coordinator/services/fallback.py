@@ -21,13 +21,13 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import attrs
 import trio
 
 from hypertrain.compute import Answer, Job, parse_answer, pending_fallbacks, settle_trusted
-from hypertrain.coordinator.computehub import FALLBACK, publish_compute
+from hypertrain.coordinator.computehub import FALLBACK
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.protocol.errors import HypertrainError
 from hypertrain.scoring.outcome import ScoreOutcome
@@ -45,13 +45,11 @@ Score = Callable[[Challenge, Mapping[str, Path]], Awaitable[ScoreOutcome]]
 
 
 def trusted_answer(challenge: Challenge, outcome: ScoreOutcome) -> Answer:
-    """The fallback evaluator's outcome as an answer of the book."""
-    body: dict[str, Any]
+    """The fallback evaluator's outcome as an answer of the book (checked as a node's is)."""
     if outcome.ok:
-        body = {"ok": True, "result": {**(outcome.result or {}), "wallMs": outcome.wall_ms}}
-    else:
-        body = {"ok": False, "class": outcome.failure, "error": outcome.error}
-    return parse_answer(challenge, body)
+        result = {**(outcome.result or {}), "wallMs": outcome.wall_ms}
+        return parse_answer(challenge, ok=True, result=result)
+    return parse_answer(challenge, ok=False, failure=outcome.failure, error=outcome.error)
 
 
 @attrs.define(eq=False)
@@ -102,7 +100,7 @@ class FallbackPool:
     async def settle(self, job: Job) -> None:
         """Score one step with the trusted evaluator and settle it."""
         challenge = get_challenge(job.challenge)
-        paths = {str(i["name"]): self.ctx.objects.path_of(str(i["sha256"])) for i in job.inputs}
+        paths = {i.name: self.ctx.objects.path_of(i.sha256) for i in job.inputs}
         outcome = await self.score(challenge, paths)
         answer = trusted_answer(challenge, outcome)
         hub = self.ctx.compute
@@ -110,5 +108,5 @@ class FallbackPool:
         events = await self.ctx.db.write(
             partial(settle_trusted, settings=hub.settings), job.job_id, answer, now
         )
-        publish_compute(self.ctx.events, events)
+        hub.publish(events)
         log.info("fallback settled job %s (%s): %s", job.job_id, job.challenge, answer.to_json())

@@ -5,8 +5,11 @@ leased past ``deadline`` is expired, without a strike, and replaced) and
 :func:`~hypertrain.compute.fallback_due` (a step whose wait window ended with a copy still
 unleased goes to the fallback pool). Then it sleeps until the book's next deadline
 (:func:`~hypertrain.compute.next_deadline_ms`, read from the database, so a restarted daemon
-rebuilds every timer from the stored deadlines rather than resetting them), woken early when a
-lease or an enqueue may have set an earlier one, and at most :data:`IDLE_WAIT` seconds.
+rebuilds every timer from the stored deadlines rather than resetting them), woken early on
+:data:`~hypertrain.coordinator.computehub.TIMERS` when a published event may have set an
+earlier one (:meth:`~hypertrain.coordinator.computehub.ComputeHub.publish`: a lease, a newly
+queued copy), and at most :data:`IDLE_WAIT` seconds. Its own events go through the same
+``publish``: a replaced copy wakes the lease polls, a step sent to the fallback the pool.
 Deadlines are wall-clock milliseconds; the sleep is converted to the Trio clock at each pass.
 """
 
@@ -20,7 +23,7 @@ import attrs
 import trio
 
 from hypertrain.compute import expire_due, fallback_due, next_deadline_ms
-from hypertrain.coordinator.computehub import TIMERS, publish_compute
+from hypertrain.coordinator.computehub import TIMERS
 from hypertrain.coordinator.context import Coordinator
 from nurseries import Stopping
 
@@ -47,11 +50,7 @@ class LeaseReaper:
         now = self._now_ms()
         expired = await self.ctx.db.write(partial(expire_due, settings=hub.settings), now)
         ended = await self.ctx.db.write(fallback_due, now)
-        publish_compute(self.ctx.events, [*expired, *ended])
-        if expired:
-            hub.work_changed()
-        if any(kind == "fallback" for kind, _ in [*expired, *ended]):
-            hub.fallback_changed()
+        hub.publish([*expired, *ended])
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         hub = self.ctx.compute

@@ -42,7 +42,6 @@ import attrs
 import numpy as np
 import trio
 
-from hypertrain.coordinator.computehub import publish_compute
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.flows.heldout import read_holdout
 from hypertrain.coordinator.flows.scoring import BATCH, enqueue_scoring, run_scoring_facts
@@ -188,7 +187,5 @@ class ScoreFeed:
         events = await self.ctx.db.write(
             partial(enqueue_scoring, now_ms=now_ms, settings=hub.settings), upload, steps
         )
-        publish_compute(self.ctx.events, events)
-        hub.work_changed()
-        hub.timers_changed()
+        hub.publish(events)
         return len(steps)

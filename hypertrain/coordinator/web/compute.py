@@ -13,23 +13,30 @@
 
 Node keys travel as ``Authorization: Bearer ht_...``: missing, malformed or unknown -> 401
 (compared as sha256 digests in constant time by the book). Every body is bounded by
-:data:`BODY_LIMIT` (413 before parsing) and parsed strictly (400). Register answers the node's
-public record plus ``key`` only when one was minted (the only time a key is ever sent).
+:data:`~hypertrain.compute.wire.BODY_LIMIT` (413 before parsing) and parsed strictly (400
+naming the field): the bodies are the classes of :mod:`hypertrain.compute.wire`, which the node
+shares, decoded and encoded by the one converter. Register (:class:`~hypertrain.compute.wire.
+RegisterRequest`) answers the node's public record plus ``key`` only when one was minted (the
+only time a key is ever sent).
 
 Lease: ``{capabilities, hardware, wait_ms?}``; the capabilities and hardware replace the node's
 stored ones. A disabled node gets 403 ``{detail, reenable_at_ms, reenable_at}``. Otherwise the
 request is held until a copy is granted (``{"job": LeaseGrant}``) or ``wait_ms`` (default and at
-most :data:`LONG_POLL_MS`) passes (``{"job": null}``: never an instant empty answer unless the
-client asked for ``wait_ms = 0``); each wake-up re-runs the lease transaction, which assigns
-and writes the copy atomically. While the daemon stops: 503. A client that disconnects after
-the grant leaves the copy leased to nobody who will answer: it expires at its deadline, without
-a strike.
+most :data:`~hypertrain.compute.wire.LONG_POLL_MS`) passes (``{"job": null}``: never an instant
+empty answer unless the client asked for ``wait_ms = 0``); each wake-up re-runs the lease
+transaction, which assigns and writes the copy atomically. While the daemon stops: 503. A
+client that disconnects after the grant leaves the copy leased to nobody who will answer: it
+expires at its deadline, without a strike.
 
 Inputs: only the node holding the copy's lease, with its token, before the deadline (403
 otherwise, 404 unknown copy or name); every download of a hidden trace is logged and published
-as a ``trace`` event naming the node. Result: the book's answer is returned as is (200, or 410
-for a late post that counts for nothing); 4xx errors change nothing. Events go out on
-``/v1/events`` as kind ``compute`` (:mod:`.computehub`).
+as a ``trace`` event naming the node. Result: a missing key is 401 before the body is read;
+then ONE write transaction authenticates the key and submits the body
+(:func:`~hypertrain.coordinator.flows.compute.receive_result`), and the book's answer is
+returned as is (200, or 410 for a late post that counts for nothing); 4xx errors change
+nothing. Every route hands the events of its transaction to
+:meth:`~hypertrain.coordinator.computehub.ComputeHub.publish`, which sends them on
+``/v1/events`` as kind ``compute`` and wakes the waiters they concern.
 
 Benchmark (admin, ``{run_id?}``; default the only running run): one ``step-throughput`` step
 (tokens per second of reference training steps of the run's model, from its newest round's
@@ -44,7 +51,7 @@ from __future__ import annotations
 import logging
 from functools import partial
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import trio
 from quart import Response, request
@@ -58,12 +65,25 @@ from hypertrain.compute import (
     lease,
     register_node,
     status,
-    submit_result,
     trace_event,
 )
-from hypertrain.coordinator.computehub import WORK, publish_compute
+from hypertrain.compute.wire import (
+    BODY_LIMIT,
+    LEASE_HEADER,
+    LONG_POLL_MS,
+    DisabledAnswer,
+    LeaseAnswer,
+    LeaseRequest,
+    RegisterRequest,
+)
+from hypertrain.coordinator.computehub import WORK
 from hypertrain.coordinator.context import Coordinator
-from hypertrain.coordinator.flows.compute import LEASE_HEADER, benchmark_target, input_of, job_view
+from hypertrain.coordinator.flows.compute import (
+    benchmark_target,
+    input_of,
+    job_view,
+    receive_result,
+)
 from hypertrain.coordinator.web.auth import request_bearer, require_admin
 from hypertrain.coordinator.web.http import (
     json_response,
@@ -71,6 +91,7 @@ from hypertrain.coordinator.web.http import (
     read_body,
     stopping_response,
 )
+from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import AuthError, Conflict, Malformed
 from hypertrain.protocol.jcs import parse_json
 from hypertrain.scoring.registry import STEP_THROUGHPUT
@@ -79,32 +100,24 @@ from nurseries import Notified, Stopping
 if TYPE_CHECKING:
     from hypertrain.coordinator.web.app import AppParts
 
-__all__ = ["BODY_LIMIT", "LONG_POLL_MS", "register"]
+__all__ = ["register"]
 
 log = logging.getLogger(__name__)
-
-BODY_LIMIT: Final = 64 * 1024
-"""Largest body of a compute request (the node document's 64 KB)."""
-LONG_POLL_MS: Final = 25_000
-"""Longest (and default) hold of a lease request."""
 
 
 def _now_ms(ctx: Coordinator) -> int:
     return int(ctx.wall.now() * 1000)
 
 
+async def _json() -> object:
+    return parse_json(await read_body(BODY_LIMIT))
+
+
 async def _body() -> dict[str, Any]:
-    data = parse_json(await read_body(BODY_LIMIT))
+    data = await _json()
     if not isinstance(data, dict):
         raise Malformed("the body must be a JSON object")
     return data
-
-
-def _wait_ms(body: dict[str, Any]) -> int:
-    raw = body.get("wait_ms", LONG_POLL_MS)
-    if type(raw) is not int or not 0 <= raw <= LONG_POLL_MS:
-        raise Malformed(f"wait_ms: an integer 0..{LONG_POLL_MS}, got {raw!r:.40}")
-    return raw
 
 
 def _page() -> str:
@@ -115,77 +128,65 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     """Add the compute routes to ``app``."""
     hub = ctx.compute
 
-    async def node_of() -> Node:
+    def key_of_request() -> str:
         key = request_bearer()
         if key is None:
             raise AuthError("a node key is required: Authorization: Bearer ht_...")
-        return await ctx.db.write(authenticate, key, _now_ms(ctx))
+        return key
+
+    async def node_of() -> Node:
+        return await ctx.db.write(authenticate, key_of_request(), _now_ms(ctx))
 
     async def post_register() -> Response:
-        body = await _body()
-        unknown = set(body) - {"key", "handle", "capabilities", "hardware"}
-        if unknown:
-            raise Malformed(f"unknown field {sorted(unknown)[0]!r:.40}")
-        key = body.get("key")
-        handle = body.get("handle")
-        if (key is not None and not isinstance(key, str)) or (
-            handle is not None and not isinstance(handle, str)
-        ):
-            raise Malformed("key and handle must be strings or null")
+        req = structure(RegisterRequest, await _json())
         node, minted, events = await ctx.db.write(
             partial(
                 register_node,
-                key=key,
-                handle=handle or None,
-                capabilities=body.get("capabilities", []),
-                hardware=body.get("hardware"),
+                key=req.key,
+                handle=req.handle or None,
+                capabilities=req.capabilities,
+                hardware=req.hardware,
                 now_ms=_now_ms(ctx),
             )
         )
-        publish_compute(ctx.events, events)
-        answer = node.register_json()
-        if minted is not None:
-            answer["key"] = minted
-        return json_response(answer)
+        hub.publish(events)
+        return json_response(unstructure(node.register_answer(minted)))
 
     async def post_lease() -> Response:
         if ctx.stopping.is_set():
             return stopping_response()
         node = await node_of()
-        body = await _body()
-        unknown = set(body) - {"capabilities", "hardware", "wait_ms"}
-        if unknown:
-            raise Malformed(f"unknown field {sorted(unknown)[0]!r:.40}")
+        req = structure(LeaseRequest, await _json())
         now = _now_ms(ctx)
         if node.disabled(now):
             until = node.disabled_until_ms
-            detail = f"node {node.node_id} is disabled until {iso_ms(until)} (strikes today)"
-            return json_response(
-                {"detail": detail, "reenable_at_ms": until, "reenable_at": iso_ms(until)}, 403
+            disabled = DisabledAnswer(
+                detail=f"node {node.node_id} is disabled until {iso_ms(until)} (strikes today)",
+                reenable_at_ms=until,
+                reenable_at=iso_ms(until),
             )
-        deadline = trio.current_time() + _wait_ms(body) / 1000
+            return json_response(unstructure(disabled), 403)
+        wait_ms = LONG_POLL_MS if req.wait_ms is None else req.wait_ms
+        deadline = trio.current_time() + wait_ms / 1000
         while True:
             grant, events = await ctx.db.write(
                 partial(
                     lease,
                     node=node,
-                    capabilities=body.get("capabilities", []),
-                    hardware=body.get("hardware"),
+                    capabilities=req.capabilities,
+                    hardware=req.hardware,
                     now_ms=_now_ms(ctx),
                     settings=hub.settings,
                 )
             )
-            publish_compute(ctx.events, events)
-            if grant is not None:
-                hub.timers_changed()
-                return json_response({"job": grant.to_json()})
-            if trio.current_time() >= deadline:
-                return json_response({"job": None})
+            hub.publish(events)
+            if grant is not None or trio.current_time() >= deadline:
+                return json_response(unstructure(LeaseAnswer(grant)))
             woken = await hub.waiter.wait(WORK, deadline=deadline)
             if isinstance(woken, Stopping) or ctx.stopping.is_set():
                 return stopping_response()
             if not isinstance(woken, Notified):
-                return json_response({"job": None})
+                return json_response(unstructure(LeaseAnswer(None)))
 
     async def get_input(copy_id: str, name: str) -> Response:
         node = await node_of()
@@ -200,20 +201,17 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 node.handle,
                 copy_id,
             )
-            publish_compute(ctx.events, [trace_event(node.node_id, challenge, "hidden")])
+            hub.publish([trace_event(node.node_id, challenge, "hidden")])
         return object_response(ctx.objects, sha256)
 
     async def post_result(copy_id: str) -> Response:
-        node = await node_of()
-        body = await _body()
+        key = key_of_request()
+        body = await read_body(BODY_LIMIT)
         code, answer, events = await ctx.db.write(
-            partial(submit_result, settings=hub.settings), node, copy_id, body, _now_ms(ctx)
+            partial(receive_result, settings=hub.settings), key, copy_id, body, _now_ms(ctx)
         )
-        publish_compute(ctx.events, events)
-        hub.work_changed()
-        hub.timers_changed()
-        hub.fallback_changed()
-        return json_response(answer, code)
+        hub.publish(events)
+        return json_response(unstructure(answer), code)
 
     inputs = parts.inputs
 
@@ -247,9 +245,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 settings=hub.settings,
             )
         )
-        publish_compute(ctx.events, events)
-        hub.work_changed()
-        hub.timers_changed()
+        hub.publish(events)
         return json_response({"job": job_id, "run_id": run_id, "w": w})
 
     async def get_job_view(job_id: str) -> Response:
