@@ -85,7 +85,7 @@ class DaemonHandle:
     supervisor: Supervisor
     services: Mapping[str, object]
     """What each started service reported through ``task_status.started(...)``, by name (the
-    beacon pusher its first tick, the aggregator and the held-out service the round D they
+    beacon pusher, the aggregator and the held-out service the round D they
     started at, ...); a service that does not apply here is absent."""
 
     def request_shutdown(self, *, immediate: bool = False) -> None:
