@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -317,20 +316,33 @@ async def test_the_real_pusher_against_real_local_relays(tmp_path: Path) -> None
             nursery.cancel_scope.cancel()
 
 
+_TIMED_MAIN = """
+import sys, time
+from hypertrain.cli import main
+start = time.monotonic()
+code = main(sys.argv[1:])
+print(f"elapsed {time.monotonic() - start}", file=sys.stderr)
+raise SystemExit(code)
+"""
+"""The umbrella CLI's ``main`` in a child that times ``main`` itself: interpreter start-up and
+imports (seconds on a loaded machine, nothing the command controls) stay out of the measure."""
+
+
 def test_check_live_without_network_exits_3_within_its_timeout() -> None:
-    start = time.monotonic()
     done = subprocess.run(
-        _cli("beacon", "check", "--live", "--timeout", "4"),
+        [sys.executable, "-c", _TIMED_MAIN, "beacon", "check", "--live", "--timeout", "4"],
         capture_output=True,
         text=True,
         timeout=30,
         check=False,
         cwd=REPO,
     )
-    elapsed = time.monotonic() - start
     assert done.returncode == 3, done.stderr
     assert json.loads(done.stdout)["result"] == "CENSORED(network)"
-    assert elapsed < 4 + 3.0  # the budget plus interpreter start-up
+    elapsed = float(done.stderr.splitlines()[-1].removeprefix("elapsed "))
+    # The budget, plus what main does outside it (one HTTP client, the report: well under 0.1 s
+    # of CPU), with room for that work to get a thirtieth of a core.
+    assert elapsed < 4 + 3.0
 
 
 def test_check_offline_of_a_chain_file(tmp_path: Path, capsys: Capture) -> None:

@@ -34,7 +34,7 @@ from hypertrain.miner.journal import JOURNAL_FILE
 from hypertrain.protocol.envelope import NEVER, seal
 from hypertrain.protocol.keys import Keypair, write_seed_file
 from hypertrain.protocol.manifest import Beacon, RunManifest
-from hypertrain.protocol.testmode import decoder_param_count
+from hypertrain.protocol.testmode import TEST_TIMEOUTS, decoder_param_count
 from hypertrain.trainer.params import init_state_hash
 from tests.trainer.helpers import TINY_DIMS, in_process_env, tiny_manifest
 
@@ -45,8 +45,19 @@ POLL: Final = 0.05
 KILL_WAIT: Final = 10.0
 """Seconds to reap a killed child."""
 SEQ_LEN: Final = 16
-TRAIN_ROUNDS: Final = 40
-"""drand rounds (1 s each) between d_assign and d_commit: room for the children's start-up."""
+TRAIN_ROUNDS: Final = 120
+"""drand rounds (1 s each) between d_assign and d_commit: room for the children's start-up.
+
+Real time, sized from the work: before the last commit the sigkill test's children do ~25 s of
+CPU (ten miner start-ups, each importing torch, and five trainings); 120 s leaves all of them
+together a fifth of a core. With 40 a loaded 2-core machine let a miner reach d_commit before
+it had even accepted. A window that ends later costs nothing when the machine is fast: miners
+commit and upload as soon as they are done."""
+ROUND_TIMEOUT: Final = float(
+    TEST_TIMEOUTS["assign_after_open"] + TRAIN_ROUNDS + TEST_TIMEOUTS["upload_after_commit"] + 10
+)
+"""Seconds a test waits for its miners after the run is launched: until d_upload of round 0
+(after it nothing they do can count), and 10 s for them to report and exit."""
 _TEXT: Final = "".join(
     f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(400)
 )
@@ -298,6 +309,7 @@ def summary_ok(miner: MinerProcess) -> bool:
 
 
 __all__ = [
+    "ROUND_TIMEOUT",
     "Daemon",
     "MinerProcess",
     "build_tiny_dataset",

@@ -22,6 +22,7 @@ import trio
 
 from hypertrain.miner.main import TEST_PAUSE_ENV, TEST_PAUSE_SECONDS, pause_hook_from_env
 from tests.e2e.harness import (
+    ROUND_TIMEOUT,
     MinerProcess,
     build_tiny_dataset,
     check_row_matches_workdir,
@@ -31,7 +32,6 @@ from tests.e2e.harness import (
     tiny_run_manifest,
 )
 
-ROUND_TIMEOUT = 90.0  # seconds for the whole test: start-ups, pauses, kills and restarts
 FULL_ROUND = ["accepted", "trained", "committed", "leaves", "uploaded", "manifest_posted"]
 
 

@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from tests.e2e.harness import (
+    ROUND_TIMEOUT,
     MinerProcess,
     build_tiny_dataset,
     check_row_matches_workdir,
@@ -23,7 +24,6 @@ from tests.e2e.harness import (
     tiny_run_manifest,
 )
 
-ROUND_TIMEOUT = 90.0  # seconds for the miners to start, wait for d_assign, train and upload
 N_MINERS = 3
 
 
