@@ -40,11 +40,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Sequence
-from typing import Any, Final
+from typing import Final
 
 from attrs import field, frozen
 
-from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import Conflict
 from hypertrain.protocol.hashes import (
     FEISTEL_ROUNDS,
@@ -208,10 +207,6 @@ class Assignment:
     slot: int
     samples: tuple[int, ...]
     assignment_hash: str
-
-    def to_json(self) -> dict[str, Any]:
-        """``unstructure(self)``; only ``coordinator.flows.roundview`` still calls this."""
-        return unstructure(self)
 
 
 def _params(source: AssignParams | RunManifest) -> AssignParams:

@@ -9,7 +9,7 @@ from typing import Any
 import trio
 import trio.testing
 
-from hypertrain.protocol.converter import structure
+from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.envelope import NEVER, verify
 from hypertrain.protocol.hashes import ZERO_STATE, roster_hash
 from hypertrain.protocol.messages import RoundOpen
@@ -104,7 +104,7 @@ async def test_assignment_appears_exactly_at_d_assign(
         signature = h.round(body.d_assign).signature
         assert at["assignment_beacon_signature"] == signature
         expected = assign(manifest(), run_id, 0, bytes.fromhex(signature), body.roster, base=0)
-        assert at["assignment"] == [a.to_json() for a in expected]
+        assert at["assignment"] == [unstructure(a) for a in expected]
         assert [a["hotkey"] for a in at["assignment"]] == [e.hotkey for e in body.roster]
         assert all(len(a["samples"]) == 240 for a in at["assignment"])
         await push(h, body.d_assign + 1)

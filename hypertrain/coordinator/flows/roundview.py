@@ -74,7 +74,7 @@ def run_view(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
         "rounds": [
             {"w": row.w, "state": state.value} for row, state in zip(rows, states, strict=True)
         ],
-        "roster": [row.to_json() for row in roster_rows(conn, run_id)],
+        "roster": [unstructure(row) for row in roster_rows(conn, run_id)],
     }
 
 
@@ -220,7 +220,7 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
         "clipped": None if agg is None else agg.clipped,
         "heldout_loss": facts.heldout_loss,
         "heldout_loss_after": facts.heldout_loss_after,
-        "assignment": None if assignment is None else [a.to_json() for a in assignment],
+        "assignment": None if assignment is None else [unstructure(a) for a in assignment],
         "assignment_beacon_round": deadlines.d_assign,
         "assignment_beacon_signature": facts.assign_signature,
         "audit_beacon_round": deadlines.d_audit,

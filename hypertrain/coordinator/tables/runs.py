@@ -127,10 +127,6 @@ class RosterRow:
     removed: bool
     blacklisted: bool
 
-    def to_json(self) -> dict[str, Any]:
-        """``unstructure(self)``; only ``coordinator.flows.roundview`` still calls this."""
-        return unstructure(self)
-
 
 _RUN_COLUMNS = "run_id, manifest_envelope, status, config, honeypot_commit, created_round"
 _ROSTER_COLUMNS = (
