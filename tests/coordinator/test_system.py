@@ -6,6 +6,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import trio
+import trio.testing
+
 from hypertrain.coordinator.web.system import CAPABILITY_ROUTES
 from hypertrain.store import get_meta
 from tests.coordinator.harness import open_harness
@@ -31,7 +34,10 @@ async def test_version_advertises_no_capability_whose_route_is_missing(tmp_path:
             assert (capability in advertised) == (status != 404), (capability, status)
 
 
-async def test_health_is_ok_with_everything_in_place_and_writes_the_db(tmp_path: Path) -> None:
+async def test_health_is_ok_with_everything_in_place_and_writes_the_db(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # Virtual time: on the real clock a second could tick between the write and the check.
     async with open_harness(tmp_path) as h:
         response = await h.client.get("/health")
         assert (response.status_code, response.json()) == (200, {"ok": True})
