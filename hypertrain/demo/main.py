@@ -52,6 +52,7 @@ from hypertrain.demo.children import Child, ChildFailed, Children, open_children
 from hypertrain.demo.table import HEADER, RoundRow, Table, summary_lines, verdict
 from hypertrain.demo.workspace import Workspace, build_dataset, create_workspace, demo_manifest
 from hypertrain.protocol.envelope import NEVER, seal
+from hypertrain.scoring.registry import DELTA_LOSS
 
 __all__ = ["DemoFailed", "DemoOptions", "build_parser", "main", "run_demo"]
 
@@ -68,10 +69,18 @@ SETUP_SECONDS: Final = 120.0
 """Bound for everything before the run is unpaused."""
 ROUND_SECONDS: Final = 45.0
 """Bound per round (a round takes about 15 s: 2 + 8 + 4 drand rounds of 1 s, plus the merge)."""
-SCORING_SECONDS: Final = 120.0
-"""Bound, after the last merge, for the last round's scoring steps to settle."""
-COMPUTE_WAIT_MS: Final = 60_000
-"""The demo's scoring window: volunteers on one busy machine get a minute per step."""
+COMPUTE_WAIT_MS: Final = 180_000
+"""The demo's scoring window: volunteers on one busy machine get three minutes per step.
+
+Each node scores its copies one after the other, each in a fresh worker process (~3.5 s of CPU,
+most of it importing torch), so the last step of a round waits behind that node's copies of the
+round's other steps: six of them with the defaults, ~21 s of CPU. Three minutes leave each node
+an eighth of a core; a minute was too short on a 2-core machine under load (two of eight steps
+went to the fallback), and a longer window costs nothing when the nodes are quick: a step
+settles as soon as both copies agree."""
+SCORING_SECONDS: Final = (COMPUTE_WAIT_MS + DELTA_LOSS.kill_after_ms) / 1000
+"""Bound, after the last merge, for the last round's scoring steps to settle: the scoring
+window, then the fallback's own worker (killed after ``kill_after_ms``)."""
 MAX_NODES: Final = 16
 POLL_SECONDS: Final = 0.5
 STOP_GRACE: Final = 10.0

@@ -16,9 +16,22 @@ from pathlib import Path
 import pytest
 
 from hypertrain.demo.children import child_env
+from hypertrain.demo.main import (
+    ROUND_SECONDS,
+    SCORING_SECONDS,
+    SETUP_SECONDS,
+    STARTUP_SECONDS,
+    STOP_GRACE,
+)
 
 REPO = Path(__file__).resolve().parents[2]
-DEMO_TIMEOUT = 240  # seconds; the two rounds take about 40 s on 2 cores
+DEMO_TIMEOUT = (
+    STARTUP_SECONDS + SETUP_SECONDS + 2 * ROUND_SECONDS + SCORING_SECONDS + 4 * STOP_GRACE + 30
+)
+"""Seconds: the demo's own bounds for two rounds of two miners (daemon start-up, setup, the
+rounds, the last scoring, stopping two miners, the daemon and the rest) plus 30 s for the
+launcher and the interpreter. The two rounds take about 40 s on 2 cores; the demo gives up by
+itself, with a reason, long before this cuts it off."""
 
 
 def _demo(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
