@@ -69,6 +69,7 @@ __all__ = [
     "BODY_LIMIT",
     "LEASE_HEADER",
     "LONG_POLL_MS",
+    "BenchmarkRequest",
     "DisabledAnswer",
     "ErrorAnswer",
     "InputFile",
@@ -137,6 +138,13 @@ def _distinct_inputs(_inst: object, attribute: attrs.Attribute[Any], value: obje
     names = [item.name for item in value]
     if len(set(names)) != len(names):
         raise FieldError(attribute.name, "input names must be distinct")
+
+
+@attrs.frozen(kw_only=True)
+class BenchmarkRequest:
+    """``POST /v1/admin/compute/benchmark``: the run to measure on (none: the only running one)."""
+
+    run_id: str | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -28,6 +28,7 @@ from hypertrain.daemon.services import SERVICES, DaemonParts, ServiceFn, Service
 from hypertrain.scoring.outcome import ScoreOutcome
 from hypertrain.scoring.registry import DELTA_LOSS, Challenge
 from nurseries.testing import open_asgi_transport
+from tests.coordinator.harness import ADMIN_TOKEN
 from tests.daemon.support import daemon_settings, running_daemon
 
 API = "http://coord"
@@ -502,3 +503,19 @@ async def test_malformed_lease_and_result_bodies_are_400_naming_the_field(
         assert response.status_code == 400, (field, response.text)
         assert field in response.json()["detail"]
     assert counted.json()["status"] == "counted"
+
+
+async def test_a_malformed_benchmark_body_is_400_naming_the_field(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with _daemon(tmp_path, Fallbacks()) as (_handle, client):
+        admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        answers = []
+        for body, field in [({"run_id": 7}, "run_id"), ({"run": "x"}, "unknown field")]:
+            r = await client.post("/v1/admin/compute/benchmark", json=body, headers=admin)
+            answers.append((r, field))
+        nothing = await client.post("/v1/admin/compute/benchmark", json={}, headers=admin)
+    for response, field in answers:
+        assert response.status_code == 400, (field, response.text)
+        assert field in response.json()["detail"]
+    assert nothing.status_code == 409  # well formed: no run is running here

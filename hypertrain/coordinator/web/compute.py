@@ -51,7 +51,7 @@ from __future__ import annotations
 import logging
 from functools import partial
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 from quart import Response, request
@@ -71,6 +71,7 @@ from hypertrain.compute.wire import (
     BODY_LIMIT,
     LEASE_HEADER,
     LONG_POLL_MS,
+    BenchmarkRequest,
     DisabledAnswer,
     LeaseAnswer,
     LeaseRequest,
@@ -92,7 +93,7 @@ from hypertrain.coordinator.web.http import (
     stopping_response,
 )
 from hypertrain.protocol.converter import structure, unstructure
-from hypertrain.protocol.errors import AuthError, Conflict, Malformed
+from hypertrain.protocol.errors import AuthError, Conflict
 from hypertrain.protocol.jcs import parse_json
 from hypertrain.scoring.registry import STEP_THROUGHPUT
 from nurseries import Notified, Stopping
@@ -111,13 +112,6 @@ def _now_ms(ctx: Coordinator) -> int:
 
 async def _json() -> object:
     return parse_json(await read_body(BODY_LIMIT))
-
-
-async def _body() -> dict[str, Any]:
-    data = await _json()
-    if not isinstance(data, dict):
-        raise Malformed("the body must be a JSON object")
-    return data
 
 
 def _page() -> str:
@@ -217,10 +211,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
 
     async def post_benchmark() -> Response:
         require_admin(ctx)
-        body = await _body()
-        named = body.get("run_id")
-        if set(body) - {"run_id"} or (named is not None and not isinstance(named, str)):
-            raise Malformed('the body is {} or {"run_id": ID}')
+        named = structure(BenchmarkRequest, await _json()).run_id
         run_id, w = await ctx.db.read(benchmark_target, named)
         model = await inputs.shared(run_id, "model")
         state = await inputs.start_state(run_id, w)
