@@ -260,8 +260,12 @@ async def _first_line(process: trio.Process) -> dict[str, Any]:
 
 @asynccontextmanager
 async def local_relay(state_dir: Path) -> AsyncIterator[dict[str, Any]]:
-    """``beacon local serve`` on 127.0.0.1 port 0 with a 0.5 s period; yields its JSON line."""
-    args = _cli("beacon", "local", "serve", "--state-dir", str(state_dir), "--period", "0.5")
+    """``beacon local serve`` on 127.0.0.1 port 0 with a 1 s period; yields its JSON line.
+
+    Two relays asked for ``latest`` at once each answer from their own clock, and the client
+    accepts answers up to two rounds apart: with 1 s rounds one loaded relay process may answer
+    up to 2 s after the other (with 0.5 s rounds, only 1 s)."""
+    args = _cli("beacon", "local", "serve", "--state-dir", str(state_dir), "--period", "1")
     process = await trio.lowlevel.open_process(args, stdout=subprocess.PIPE, cwd=REPO)
     try:
         yield await _first_line(process)
