@@ -18,7 +18,10 @@ DAEMON = Path(sys.executable).with_name("hypertrain-daemon")
 GRACE = 3.0
 STARTUP_TIMEOUT = 30.0
 REQUEST_TIMEOUT = httpx.Timeout(5.0)
-EXIT_MARGIN = 2.0  # seconds beyond the grace for the process to be reaped
+# A hang guard, not a timing assertion: the daemon's own shutdown is bounded by the grace (the
+# log shows it finished without the grace cancelling anything); what follows is interpreter
+# teardown (torch's modules included), which on a busy machine takes seconds of wall time.
+EXIT_MARGIN = 60.0
 
 
 def _fresh_env(tmp_path: Path) -> dict[str, str]:
@@ -85,6 +88,7 @@ async def test_daemon_serves_health_and_exits_0_on_sigterm_within_the_grace(
         log = stderr_path.read_text()
         assert code == 0, log
         assert "SIGTERM received" in log
+        assert "shut down (signal: SIGTERM)" in log
         assert "shutdown cancelled the remaining work" not in log
     finally:
         if process.returncode is None:
