@@ -109,8 +109,6 @@ class ScoreFeed:
             target = self.ctx.beacon.latest + 1
             with trio.move_on_after(IDLE_WAIT if after is None else 0):
                 await self.ctx.beacon.wait_round(target)
-            if self.ctx.stopping.is_set():
-                return
 
     async def _store(self, run_id: str, kind: Kind, data: bytes) -> tuple[str, int]:
         info = await self.ctx.objects.put_bytes(data)
