@@ -81,6 +81,9 @@ class Step:
     center_hash: str
     update_norm: float
     clipped: int
+    raise_q: tuple[str, ...] = ()
+    """The copy screen's flagged miners (the tape's ``screens.raise_q``): audited at ``q = 1``
+    in the round this step opens."""
 
 
 def genesis_state(manifest: RunManifest, theta_hash: str) -> OuterState:
@@ -169,4 +172,5 @@ def merge_blobs(
         center_hash=out.center_hash(),
         update_norm=norm(result.g),
         clipped=len(result.preclipped),
+        raise_q=body.screens.raise_q,
     )

@@ -184,7 +184,7 @@ async def serve_daemon(
             metagraph=_metagraph(config, client, wall),
         )
         app_parts = AppParts.build(ctx, run_sync=offload_for(wall))
-        ctx.beacon_observers.append(app_parts.runs.on_beacon)
+        ctx.beacon_observers.extend(app_parts.beacon_observers())
         app = create_app(ctx, app_parts)
         http_stop = trio.Event()
         services_scope = trio.CancelScope()

@@ -55,7 +55,7 @@ class RoundRow:
     def from_view(cls, view: Mapping[str, Any]) -> RoundRow:
         miners = view.get("miners") or []
         clipped = view.get("clipped")
-        jobs = [j for j in view.get("jobs") or [] if isinstance(j, dict)]
+        jobs = [j for j in view.get("scoring_jobs") or [] if isinstance(j, dict)]
         hows = [j.get("how") for j in jobs if j.get("state") == "settled"]
         return cls(
             w=int(view["w"]),

@@ -125,7 +125,7 @@ async def open_harness(
             wall=wall,
         )
         parts = AppParts.build(ctx)
-        ctx.beacon_observers.append(parts.runs.on_beacon)
+        ctx.beacon_observers.extend(parts.beacon_observers())
         app = create_app(ctx, parts)
         if extra_routes is not None:
             extra_routes(app, ctx)

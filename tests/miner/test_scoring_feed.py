@@ -121,4 +121,4 @@ async def test_uploaded_deltas_are_scored_by_the_fallback_when_no_node_is_online
         assert set(scores) == {"public", "hidden"}
         assert {s["how"] for s in scores.values()} == {"fallback"}
         assert all(len(s["loss"]) == 8 for s in scores.values())
-    assert len(view["jobs"]) == 6
+    assert len(view["scoring_jobs"]) == 6

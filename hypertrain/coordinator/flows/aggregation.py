@@ -36,6 +36,7 @@ from hypertrain.coordinator.flows.roundopen import (
     seal_round_open,
     store_round_open,
 )
+from hypertrain.coordinator.tables.audits import draw_of, jobs_of_round
 from hypertrain.coordinator.tables.miners import StateRow, insert_round_state, miner_details
 from hypertrain.coordinator.tables.rounds import RoundRow, get_round_row
 from hypertrain.coordinator.tables.runs import (
@@ -47,15 +48,19 @@ from hypertrain.coordinator.tables.runs import (
 )
 from hypertrain.protocol.errors import Conflict, NotFound
 from hypertrain.protocol.keys import Keypair
+from hypertrain.rounds.states import FAULT_STATUSES
 from hypertrain.store.catalog import record_object
 from hypertrain.store.keys import ObjectInfo
 
 __all__ = [
     "AggregationRow",
+    "Due",
     "MergeInputs",
     "Step",
     "StepInputs",
+    "audits_settled",
     "commit_step",
+    "due_rounds",
     "get_aggregation",
     "insert_aggregation",
     "step_inputs",
@@ -72,7 +77,8 @@ class StepInputs:
     prev_state_key: str | None
     """The stored OuterState of round ``w - 1``; None for ``w = 0`` (genesis)."""
     uploads: tuple[tuple[str, str], ...]
-    """``(hotkey, delta_hash)`` of every UPLOADED miner, by hotkey."""
+    """``(hotkey, delta_hash)`` of every miner that uploaded and holds no fault verdict (a
+    verdict known before the merge keeps a faulted delta out), by hotkey."""
 
     def merge_inputs(self) -> MergeInputs:
         """What :func:`compute_step` needs of these inputs."""
@@ -135,7 +141,7 @@ def step_inputs(conn: sqlite3.Connection, run_id: str, w: int) -> StepInputs:
     uploads = tuple(
         (hotkey, miner.delta_hash)
         for hotkey, miner in sorted(miner_details(conn, run_id, w).items())
-        if miner.status == "UPLOADED" and miner.delta_hash is not None
+        if miner.delta_hash is not None and miner.status not in FAULT_STATUSES
     )
     return StepInputs(run, row, latest_round(conn), prev_key, uploads)
 
@@ -182,7 +188,9 @@ def commit_step(
     )
     if not open_next:
         return None
-    plan = plan_round(conn, run, active_roster(conn, run_id), w + 1, max(d, d_upload))
+    plan = plan_round(
+        conn, run, active_roster(conn, run_id), w + 1, max(d, d_upload), frozenset(step.raise_q)
+    )
     body = plan.body(
         prev_final_hash=step.theta_hash,
         theta_hash=step.theta_hash,
@@ -204,14 +212,34 @@ class Due:
     open_next: bool
 
 
+def audits_settled(conn: sqlite3.Connection, run_id: str, w: int) -> bool:
+    """Whether every audit of round ``w`` is settled: the draw ran and each selected miner's
+    job has a verdict, was failed for good, or its serve deadline passed. Always true for a run
+    whose manifest names no auditor (nobody could ever deliver a verdict)."""
+    if not parse_manifest(get_run(conn, run_id).manifest_envelope).auditors:
+        return True
+    if draw_of(conn, run_id, w) is None:
+        return False
+    d = latest_round(conn)
+    return all(
+        job.state in ("done", "failed") or d > job.serve_deadline
+        for job in jobs_of_round(conn, run_id, w)
+    )
+
+
 def due_rounds(conn: sqlite3.Connection) -> list[Due]:
-    """Every running run's newest round that the service merges (module doc)."""
+    """Every running run's newest round that the service merges (module doc). Round ``w`` (which
+    opens ``w + 1``) waits until the audits of round ``w - 1`` are settled
+    (:func:`audits_settled`), so a round never starts from a theta built on a round whose audit
+    is still out (DESIGN.md section 9, the ``w + 2`` rule)."""
     due = []
     for run_id, status in list_runs(conn):
         w = next_round_w(conn, run_id) - 1
         if status != "running" or w < 0 or get_aggregation(conn, run_id, w) is not None:
             continue
         if w > 0 and get_aggregation(conn, run_id, w - 1) is None:
+            continue
+        if w > 0 and not audits_settled(conn, run_id, w - 1):
             continue
         row = get_round_row(conn, run_id, w)
         assert row is not None

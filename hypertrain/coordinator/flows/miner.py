@@ -130,6 +130,9 @@ class UploadRequest:
     w: int = field(validator=u_int)
     hotkey: str = field(validator=ss58)
     sha256: str = field(validator=hex64)
+    challenge_hash: str | None = field(default=None, validator=optional(hex64))
+    """Set: a grant for a state blob served to that audit challenge
+    (:func:`hypertrain.coordinator.flows.serves.grant_state_upload`)."""
 
 
 def signer_of(raw: object) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from attrs import frozen
@@ -113,12 +113,13 @@ class RoundPlan:
         )
 
 
-def _member(row: RosterRow) -> RosterMember:
+def _member(row: RosterRow, raised: Collection[str] = frozenset()) -> RosterMember:
+    flags = frozenset(row.flags) | ({"copy"} if row.hotkey in raised else set())
     return RosterMember(
         hotkey=row.hotkey,
         bond=row.bond,
         probation=row.probation,
-        flags=frozenset(row.flags),
+        flags=flags,
         cluster=row.cluster,
         admitted_w=row.admitted_w,
     )
@@ -133,15 +134,23 @@ def _faulted_clusters(conn: sqlite3.Connection, run_id: str) -> frozenset[str]:
 
 
 def plan_round(
-    conn: sqlite3.Connection, run: RunRow, members: list[RosterRow], w: int, d_open: int
+    conn: sqlite3.Connection,
+    run: RunRow,
+    members: list[RosterRow],
+    w: int,
+    d_open: int,
+    raised: Collection[str] = frozenset(),
 ) -> RoundPlan:
-    """The template of round ``w`` opened at ``d_open`` with the roster ``members``."""
+    """The template of round ``w`` opened at ``d_open`` with the roster ``members``;
+    ``raised`` are the hotkeys the previous merge's copy screen flagged (``raise_q``): they
+    count as flagged ``copy`` (reason ``outlier``, ``q = 1``) in this round."""
     assert run.config is not None
     manifest = parse_manifest(run.manifest_envelope)
     verify_spec = manifest.verify
     faulted = _faulted_clusters(conn, run.run_id)
-    roster = roster_entries([_member(m) for m in members], w, verify_spec, faulted)
-    reasons = {m.hotkey: audit_reasons(_member(m), w, verify_spec, faulted) for m in members}
+    ranked = [_member(m, raised) for m in members]
+    roster = roster_entries(ranked, w, verify_spec, faulted)
+    reasons = {m.hotkey: audit_reasons(m, w, verify_spec, faulted) for m in ranked}
     prev = get_round_row(conn, run.run_id, w - 1) if w > 0 else None
     if prev is None:
         base = next_base(0, 0, len(roster), manifest)

@@ -25,6 +25,15 @@ from hypertrain.compute import Job, job_scores
 from hypertrain.coordinator.flows.aggregation import AggregationRow, get_aggregation
 from hypertrain.coordinator.flows.heldout import get_loss
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
+from hypertrain.coordinator.flows.worker import is_ready
+from hypertrain.coordinator.tables.audits import (
+    JobRow,
+    ServeRow,
+    draw_of,
+    forfeit_envelopes,
+    jobs_of_round,
+    serves_of,
+)
 from hypertrain.coordinator.tables.miners import MinerRow, StateRow, get_round_state, miner_details
 from hypertrain.coordinator.tables.rounds import (
     RoundRow,
@@ -41,7 +50,6 @@ from hypertrain.rounds.states import RoundState
 
 __all__ = [
     "RoundFacts",
-    "auditor_stats",
     "derive_assignment",
     "round_facts",
     "round_view",
@@ -78,12 +86,6 @@ def run_view(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
     }
 
 
-def auditor_stats(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
-    """``{"run_id", "epochs": []}``: no audits exist yet (404 for an unknown run)."""
-    get_run(conn, run_id)
-    return {"run_id": run_id, "epochs": []}
-
-
 @frozen
 class RoundFacts:
     """What one round view needs, read in one transaction."""
@@ -109,6 +111,16 @@ class RoundFacts:
     """The held-out loss of theta(w), the round's start weights (None until computed)."""
     heldout_loss_after: float | None = None
     """The held-out loss of theta(w + 1), the merge result (None until merged and computed)."""
+    selected: list[str] | None = None
+    """The hotkeys the audit draw selected (None before the draw)."""
+    audits: list[JobRow] = field(factory=list)
+    """The round's audit jobs, by target."""
+    serves: dict[str, list[ServeRow]] = field(factory=dict)
+    """The states served to each audit, by challenge hash."""
+    ready: dict[str, bool] = field(factory=dict)
+    """Whether each queued audit job can be leased now, by job id."""
+    forfeits: list[dict[str, Any]] = field(factory=list)
+    """The sealed Forfeit envelopes of the round."""
 
     @property
     def assignment_due(self) -> bool:
@@ -125,6 +137,7 @@ def round_facts(conn: sqlite3.Connection, run_id: str, w: int) -> RoundFacts:
     d = latest_round(conn)
     (state,) = round_states(conn, d, [row])
     details = miner_details(conn, run_id, w)
+    audits = jobs_of_round(conn, run_id, w)
     assign_round = get_round(conn, row.deadlines.d_assign) if d >= row.deadlines.d_assign else None
     audit_round = get_round(conn, row.deadlines.d_audit) if d >= row.deadlines.d_audit else None
     return RoundFacts(
@@ -141,10 +154,15 @@ def round_facts(conn: sqlite3.Connection, run_id: str, w: int) -> RoundFacts:
         scores={
             hotkey: job_scores(conn, {"run_id": run_id, "w": w, "hotkey": hotkey})
             for hotkey, row in details.items()
-            if row.status == "UPLOADED"
+            if row.delta_hash is not None
         },
         heldout_loss=get_loss(conn, run_id, w),
         heldout_loss_after=get_loss(conn, run_id, w + 1),
+        selected=draw_of(conn, run_id, w),
+        audits=audits,
+        serves={job.challenge_hash: serves_of(conn, job.challenge_hash) for job in audits},
+        ready={job.job_id: is_ready(conn, job, d) for job in audits if job.state == "queued"},
+        forfeits=forfeit_envelopes(conn, run_id, w),
     )
 
 
@@ -188,6 +206,26 @@ def _scores(jobs: list[Job]) -> dict[str, Any]:
     return out
 
 
+def _audit_json(facts: RoundFacts, job: JobRow) -> dict[str, Any]:
+    state: str = job.state
+    if state == "queued" and not facts.ready.get(job.job_id, False):
+        state = "waiting"
+    return {
+        "id": job.job_id,
+        "target": job.target,
+        "state": state,
+        "result": job.result,
+        "challenge": job.challenge_json(),
+        "challenge_hash": job.challenge_hash,
+        "serves": [
+            {"t": s.t, "blob_sha256": s.blob_sha256}
+            for s in facts.serves.get(job.challenge_hash, [])
+        ],
+        "attempts": job.attempts,
+        "auditor": job.auditor,
+    }
+
+
 def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[str, Any]:
     """The round view JSON (spec 9); ``assignment`` from :func:`derive_assignment`.
 
@@ -199,10 +237,18 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
     With the daemon's ``holdout_dir`` set, ``heldout_loss`` is the held-out loss (mean token
     cross-entropy on the operator's private holdout) of theta(w), the round's start weights, and
     ``heldout_loss_after`` that of theta(w + 1), the merge result; each null until computed.
-    Scoring (issue 8): ``jobs`` lists the round's delta-loss jobs (settled state, how, result)
-    and each uploaded miner's ``scores`` gives ``{public|hidden: {job, state, how, ok, loss,
-    fingerprint}}``.
+    Scoring (issue 8): ``scoring_jobs`` lists the round's delta-loss jobs (settled state, how,
+    result) and each uploaded miner's ``scores`` gives ``{public|hidden: {job, state, how, ok,
+    loss, fingerprint}}``.
+
+    Audits (spec 9): ``selected`` is null before the draw, then the selected hotkeys; ``jobs``
+    are the audit jobs ``{id, target, state, result, challenge, challenge_hash, serves: [{t,
+    blob_sha256}], attempts, auditor}`` (``state`` ``waiting`` while a queued job cannot be
+    leased yet); each miner's ``selected`` and ``verdict`` (the ReplayVerdict envelope); and
+    ``forfeits``, the sealed Forfeit envelopes.
     """
+    verdicts = {job.target: job.verdict_json() for job in facts.audits}
+    chosen = set(facts.selected or ())
     agg = facts.aggregation
     deadlines = facts.round.deadlines
     state = facts.start_state
@@ -225,21 +271,22 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
         "assignment_beacon_signature": facts.assign_signature,
         "audit_beacon_round": deadlines.d_audit,
         "audit_beacon_signature": facts.audit_signature,
-        "selected": None,
+        "selected": facts.selected,
         "miners": [
             {
                 "hotkey": hotkey,
                 "slot": slot,
                 "status": status,
-                "selected": False,
+                "selected": hotkey in chosen,
                 **_posted(facts, hotkey),
-                "verdict": None,
+                "verdict": verdicts.get(hotkey),
                 "scores": _scores(facts.scores.get(hotkey, [])),
             }
             for hotkey, slot, status in facts.miners
         ],
-        "jobs": [job.score_json() for jobs in facts.scores.values() for job in jobs],
-        "forfeits": [],
+        "jobs": [_audit_json(facts, job) for job in facts.audits],
+        "scoring_jobs": [job.score_json() for jobs in facts.scores.values() for job in jobs],
+        "forfeits": facts.forfeits,
         "rollback": None,
         "finalize": None,
     }

@@ -1,5 +1,10 @@
 """The lease reaper: expires leases at their deadlines and hands ended windows to the fallback.
 
+Audit leases (:mod:`hypertrain.coordinator.flows.worker`) expire too: a job whose lease ran
+past ``lease_expires_round`` (a drand round) is requeued, and its ``audit`` event
+``{change: "expired"}`` published; the next such expiry is read from the database at every pass
+and its wall-clock time bounds the sleep.
+
 A daemon service. Each pass, in one write each: :func:`~hypertrain.compute.expire_due` (a copy
 leased past ``deadline`` is expired, without a strike, and replaced) and
 :func:`~hypertrain.compute.fallback_due` (a step whose wait window ended with a copy still
@@ -25,14 +30,18 @@ import trio
 from hypertrain.compute import expire_due, fallback_due, next_deadline_ms
 from hypertrain.coordinator.computehub import TIMERS
 from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.flows.worker import expire_leases
+from hypertrain.coordinator.tables.audits import next_lease_expiry
 from nurseries import Stopping
 
-__all__ = ["IDLE_WAIT", "LeaseReaper"]
+__all__ = ["AUDIT_RECHECK", "IDLE_WAIT", "LeaseReaper"]
 
 log = logging.getLogger(__name__)
 
 IDLE_WAIT: Final = 60.0
 """The longest sleep between two passes (seconds)."""
+AUDIT_RECHECK: Final = 1.0
+"""The shortest sleep before an audit lease expiry is looked at again (seconds)."""
 
 
 @attrs.define(eq=False)
@@ -51,6 +60,9 @@ class LeaseReaper:
         expired = await self.ctx.db.write(partial(expire_due, settings=hub.settings), now)
         ended = await self.ctx.db.write(fallback_due, now)
         hub.publish([*expired, *ended])
+        for event in await self.ctx.db.write(expire_leases):
+            log.info("audit job %s: lease expired, requeued", event["job_id"])
+            self.ctx.events.publish("audit", event)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         hub = self.ctx.compute
@@ -60,5 +72,10 @@ class LeaseReaper:
             due = await self.ctx.db.read(next_deadline_ms)
             wait = IDLE_WAIT if due is None else (due - self._now_ms()) / 1000
             deadline = trio.current_time() + min(max(wait, 0.0), IDLE_WAIT)
+            audit_due = await self.ctx.db.read(next_lease_expiry)
+            if audit_due is not None:
+                expiry = self.ctx.beacon.deadline_of(audit_due + 1)
+                # A round due by the wall clock but not ingested yet: look again a little later.
+                deadline = min(deadline, max(expiry, trio.current_time() + AUDIT_RECHECK))
             if isinstance(await hub.waiter.wait(TIMERS, deadline=deadline), Stopping):
                 await trio.sleep_forever()  # the daemon is stopping: cancelled right after

@@ -26,9 +26,11 @@ from attrs import frozen
 
 __all__ = [
     "GrantRow",
+    "LeavesRow",
     "MinerRow",
     "StateRow",
     "get_grant",
+    "get_leaves",
     "get_leaves_root",
     "get_miner",
     "get_round_state",
@@ -38,8 +40,10 @@ __all__ = [
     "is_active_member",
     "miner_details",
     "set_accepted",
+    "set_blacklisted",
     "set_committed",
     "set_uploaded",
+    "set_verdict_status",
 ]
 
 _MINER_COLUMNS: Final = (
@@ -269,3 +273,43 @@ def is_active_member(conn: sqlite3.Connection, run_id: str, hotkey: str) -> bool
         (run_id, hotkey),
     ).fetchone()
     return row is not None
+
+
+# --- audits --------------------------------------------------------------------------------------
+
+
+@frozen
+class LeavesRow:
+    """A miner's stored preimages (JSON list, t order) and its optional ef_in object."""
+
+    preimages: list[dict[str, Any]]
+    leaves_root: str
+    ef_in_sha256: str | None
+
+
+def get_leaves(conn: sqlite3.Connection, run_id: str, w: int, hotkey: str) -> LeavesRow | None:
+    """The posted preimages of ``hotkey`` in round ``w``, or None."""
+    row = conn.execute(
+        "SELECT preimages, leaves_root, ef_in_sha256 FROM leaves"
+        " WHERE run_id = ? AND w = ? AND hotkey = ?",
+        (run_id, w, hotkey),
+    ).fetchone()
+    return None if row is None else LeavesRow(json.loads(row[0]), row[1], row[2])
+
+
+def set_verdict_status(
+    conn: sqlite3.Connection, run_id: str, w: int, hotkey: str, status: str
+) -> None:
+    """The audit verdict becomes the miner's status in round ``w`` (MATCH or a fault)."""
+    _update(
+        conn,
+        "UPDATE miners SET status = ? WHERE run_id = ? AND w = ? AND hotkey = ?",
+        (status, run_id, w, hotkey),
+    )
+
+
+def set_blacklisted(conn: sqlite3.Connection, run_id: str, hotkey: str) -> None:
+    """Blacklist ``hotkey``: it is off every roster from the next RoundOpen on."""
+    conn.execute(
+        "UPDATE roster SET blacklisted = 1 WHERE run_id = ? AND hotkey = ?", (run_id, hotkey)
+    )

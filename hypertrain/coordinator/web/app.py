@@ -6,7 +6,7 @@ Adding a group of routes is one entry in :data:`ROUTE_MODULES`. What routes use 
 :class:`~hypertrain.coordinator.context.Coordinator` is built by the composition root
 (:func:`hypertrain.daemon.main.serve_daemon`, or a test) and handed in as :class:`AppParts`;
 :meth:`AppParts.build` builds them without touching ``ctx``, so the caller decides what to
-subscribe (``ctx.beacon_observers.append(parts.runs.on_beacon)``). :func:`create_app` has no
+subscribe (``ctx.beacon_observers.extend(parts.beacon_observers())``). :func:`create_app` has no
 side effects: two apps over one ``ctx`` serve the same state. The app does no long-running
 work of its own (its nursery is Quart's; STYLE: services live in the daemon's supervisor).
 """
@@ -19,7 +19,8 @@ from typing import Final
 import attrs
 from quart_trio import QuartTrio
 
-from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.context import BeaconObserver, Coordinator
+from hypertrain.coordinator.services.audits import AuditDraws
 from hypertrain.coordinator.services.runs import RunsService
 from hypertrain.coordinator.services.scorefeed import ScoreFeed
 from hypertrain.coordinator.web import (
@@ -32,6 +33,7 @@ from hypertrain.coordinator.web import (
     objects,
     runs,
     system,
+    worker,
 )
 from hypertrain.coordinator.web.http import BODY_TIMEOUT, install_error_handlers
 from hypertrain.coordinator.web.objects import UploadAwareRequest
@@ -51,6 +53,15 @@ class AppParts:
     """Round views (with the assignment cache) and the ``run`` / ``round_state`` events."""
     inputs: ScoreFeed
     """The scoring inputs of a run (the benchmark's model, start state and trace)."""
+    audits: AuditDraws
+    """The audit draw after each new D (and round 0's published genesis state)."""
+    run_sync: RunSync = run_inline
+    """Where routes run CPU work (hashing a served state blob): a worker thread in the daemon."""
+
+    def beacon_observers(self) -> list[BeaconObserver]:
+        """What the caller subscribes to new beacon rounds, in order: the round-state feed,
+        then the audit draw."""
+        return [self.runs.on_beacon, self.audits.on_beacon]
 
     @classmethod
     def build(cls, ctx: Coordinator, *, run_sync: RunSync = run_inline) -> AppParts:
@@ -58,6 +69,8 @@ class AppParts:
         return cls(
             runs=RunsService(ctx),
             inputs=ScoreFeed(ctx, ctx.settings.holdout_dir, run_sync),
+            audits=AuditDraws(ctx, run_sync),
+            run_sync=run_sync,
         )
 
 
@@ -73,6 +86,7 @@ ROUTE_MODULES: Final[tuple[Register, ...]] = (
     datasets.register,
     aggregator.register,
     compute.register,
+    worker.register,
 )
 """The ``register`` functions ``create_app`` calls, in order."""
 

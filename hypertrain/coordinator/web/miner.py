@@ -1,15 +1,19 @@
-"""The miner's round routes (spec 9): accept, commit, leaves, uploads, delta.
+"""The miner's round routes (spec 9): accept, commit, leaves, uploads, delta, state.
 
 =====================================  ====================================================
 ``POST /v1/runs/{id}/accept``          Accept envelope -> ``{w, hotkey, status, slot}``
 ``POST /v1/runs/{id}/commit``          Commit envelope -> ``{status, receipt}``
 ``POST /v1/runs/{id}/leaves``          ``{w, hotkey, preimages, ef_in_sha256?}``
-``POST /v1/runs/{id}/uploads``         ``{w, hotkey, sha256}`` -> ``{method, sha256, url}``
+``POST /v1/runs/{id}/uploads``         ``{w, hotkey, sha256, challenge_hash?}`` -> ``{method,
+                                       sha256, url}`` (with ``challenge_hash``: a state blob)
 ``POST /v1/runs/{id}/delta``           DeltaManifest envelope -> ``{w, hotkey, status}``
+``POST /v1/runs/{id}/state``           StateServe envelope -> ``{challenge_hash, t, stored}``
 =====================================  ====================================================
 
-The decisions and statuses are :mod:`hypertrain.coordinator.flows.miner`'s; each request is one
-read of its body and one write transaction. A Commit re-posted byte for byte answers 409
+The decisions and statuses are :mod:`hypertrain.coordinator.flows.miner`'s (state serves:
+:mod:`hypertrain.coordinator.flows.serves`'); each request is one read of its body and one write
+transaction (a StateServe first hashes its stored blob in a worker thread). A Commit re-posted
+byte for byte answers 409
 ``{"detail": ..., "receipt": <stored Receipt envelope>}``, so a client that lost the first
 answer recovers its receipt.
 
@@ -40,8 +44,17 @@ from hypertrain.coordinator.flows.miner import (
     post_leaves,
     signer_of,
 )
+from hypertrain.coordinator.flows.scoring import run_scoring_facts
+from hypertrain.coordinator.flows.serves import (
+    blob_facts,
+    grant_state_upload,
+    record_serve,
+    serve_blob_sha,
+)
 from hypertrain.coordinator.web.http import json_response, read_json
 from hypertrain.protocol.converter import structure
+from hypertrain.protocol.envelope import verify
+from hypertrain.protocol.errors import ContractMismatch
 
 if TYPE_CHECKING:
     from hypertrain.coordinator.web.app import AppParts
@@ -76,7 +89,31 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         req = structure(UploadRequest, await read_json(ctx))
         await ctx.metagraph.check(req.hotkey)
         grant_id = secrets.token_hex(16)
+        if req.challenge_hash is not None:
+            return json_response(
+                await ctx.db.write(
+                    grant_state_upload,
+                    run_id,
+                    req.w,
+                    req.hotkey,
+                    req.sha256,
+                    req.challenge_hash,
+                    grant_id,
+                )
+            )
         return json_response(await ctx.db.write(grant_upload, run_id, req, grant_id))
+
+    async def state(run_id: str) -> Response:
+        raw = await read_json(ctx)
+        sha = serve_blob_sha(raw)
+        verify(raw, expected_run_id=run_id)  # the signature, before any blob work
+        await ctx.metagraph.check(signer_of(raw))
+        manifest, _ = await ctx.db.read(run_scoring_facts, run_id)
+        if not ctx.objects.exists(sha):
+            raise ContractMismatch(f"blob {sha} is not stored: upload it first")
+        blob = await ctx.objects.get(sha)
+        facts = await parts.run_sync(blob_facts, blob, sha, manifest)
+        return json_response(await ctx.db.write(record_serve, raw, run_id, facts))
 
     async def delta(run_id: str) -> Response:
         raw = await read_json(ctx)
@@ -90,6 +127,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         (f"{runs}/leaves", "leaves", leaves),
         (f"{runs}/uploads", "uploads", uploads),
         (f"{runs}/delta", "delta", delta),
+        (f"{runs}/state", "state", state),
     ]
     for rule, name, view in rules:
         app.add_url_rule(rule, f"miner.{name}", view, methods=["POST"])

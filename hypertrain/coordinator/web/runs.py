@@ -29,6 +29,7 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.flows.auditstats import EpochClock, auditor_stats
 from hypertrain.coordinator.flows.honeypots import (
     HoneypotCommitRequest,
     HoneypotReveal,
@@ -36,7 +37,7 @@ from hypertrain.coordinator.flows.honeypots import (
     reveal_honeypot,
 )
 from hypertrain.coordinator.flows.lifecycle import LedgerParams, create_run, set_paused
-from hypertrain.coordinator.flows.roundview import auditor_stats, run_view, runs_list
+from hypertrain.coordinator.flows.roundview import run_view, runs_list
 from hypertrain.coordinator.tables.runs import (
     PausedRequest,
     RosterRequest,
@@ -146,7 +147,10 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         return json_response(await service.round_view(run_id, w))
 
     async def get_auditor_stats(run_id: str) -> Response:
-        return json_response(await ctx.db.read(auditor_stats, run_id))
+        settings = ctx.settings
+        genesis = ctx.chain.genesis_time if settings.genesis_unix is None else settings.genesis_unix
+        clock = EpochClock(genesis, settings.epoch_seconds)
+        return json_response(await ctx.db.read(auditor_stats, run_id, ctx.chain, clock))
 
     admin = "/v1/admin/runs/<run_id>"
     rules: list[tuple[str, str, Callable[..., Awaitable[Response]], str]] = [

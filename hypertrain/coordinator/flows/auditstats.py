@@ -1,0 +1,120 @@
+"""``GET /run/{id}/auditor-stats``: audits and honeypot rates per chain epoch (spec 6.5).
+
+Every audit job with a verdict counts in the chain epoch of its round's ``d_audit``
+(``epoch = (time_of(d_audit) - genesis) // epoch_seconds``, the ledger's epochs): ``audits``
+(verdicts) and ``catches`` (fault verdicts). Honeypots count only once their commitment is
+revealed: the members of the revealed commitment the round's RoundOpen carried
+(``honeypot_commit``) are that round's honeypots. A member in any mode but ``honest`` is
+adversarial: ``hp_bad`` audits of them, ``hp_bad_caught`` with a fault verdict; ``hp_honest``
+audits of ``honest`` members, ``hp_honest_flagged`` with a fault verdict.
+``honeypot_catch_rate = hp_bad_caught / hp_bad`` and ``honeypot_false_positive_rate =
+hp_honest_flagged / hp_honest``, null when the denominator is 0. :func:`epoch_stats` is the
+pure count; :func:`auditor_stats` reads its inputs in one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from attrs import frozen
+
+from hypertrain.beacon.chain import ChainInfo
+from hypertrain.coordinator.tables.audits import jobs_of_run
+from hypertrain.coordinator.tables.rounds import round_rows
+from hypertrain.coordinator.tables.runs import get_run
+from hypertrain.rounds.states import FAULT_STATUSES
+
+__all__ = ["AuditRecord", "EpochClock", "auditor_stats", "epoch_stats"]
+
+
+@frozen
+class EpochClock:
+    """The ledger's epochs: ``epoch_of(t) = (t - genesis_unix) // epoch_seconds``."""
+
+    genesis_unix: float
+    epoch_seconds: int
+
+    def epoch_of(self, t: float) -> int:
+        return int((t - self.genesis_unix) // self.epoch_seconds)
+
+
+@frozen
+class AuditRecord:
+    """One verdict: its epoch, whether it is a fault, and the target's honeypot mode (None: not
+    a revealed honeypot)."""
+
+    epoch: int
+    fault: bool
+    honeypot: str | None
+
+
+def _rate(num: int, den: int) -> float | None:
+    return None if den == 0 else num / den
+
+
+def epoch_stats(records: Iterable[AuditRecord]) -> list[dict[str, Any]]:
+    """The per-epoch counts and rates (module doc), by epoch."""
+    counts: dict[int, dict[str, int]] = {}
+    for r in records:
+        c = counts.setdefault(
+            r.epoch,
+            dict.fromkeys(
+                ("audits", "catches", "hp_bad", "hp_bad_caught", "hp_honest", "hp_honest_flagged"),
+                0,
+            ),
+        )
+        c["audits"] += 1
+        c["catches"] += r.fault
+        if r.honeypot == "honest":
+            c["hp_honest"] += 1
+            c["hp_honest_flagged"] += r.fault
+        elif r.honeypot is not None:
+            c["hp_bad"] += 1
+            c["hp_bad_caught"] += r.fault
+    return [
+        {
+            "epoch": epoch,
+            **c,
+            "honeypot_catch_rate": _rate(c["hp_bad_caught"], c["hp_bad"]),
+            "honeypot_false_positive_rate": _rate(c["hp_honest_flagged"], c["hp_honest"]),
+        }
+        for epoch, c in sorted(counts.items())
+    ]
+
+
+def _revealed(conn: sqlite3.Connection, run_id: str) -> dict[str, Mapping[str, str]]:
+    """Revealed commitments: commitment -> {hotkey: mode}."""
+    rows = conn.execute(
+        "SELECT commitment, reveal FROM honeypots WHERE run_id = ? AND reveal IS NOT NULL",
+        (run_id,),
+    )
+    return {
+        commitment: {m["hotkey"]: m["mode"] for m in json.loads(reveal)["members"]}
+        for commitment, reveal in rows
+    }
+
+
+def auditor_stats(
+    conn: sqlite3.Connection, run_id: str, chain: ChainInfo, clock: EpochClock
+) -> dict[str, Any]:
+    """``{run_id, epochs: [...]}`` (404 for an unknown run)."""
+    get_run(conn, run_id)
+    revealed = _revealed(conn, run_id)
+    rounds = {row.w: row for row in round_rows(conn, run_id)}
+    records = []
+    for job in jobs_of_run(conn, run_id):
+        if job.result is None:
+            continue
+        row = rounds[job.w]
+        members = revealed.get(row.body.honeypot_commit, {})
+        records.append(
+            AuditRecord(
+                epoch=clock.epoch_of(chain.time_of(row.deadlines.d_audit)),
+                fault=job.result in FAULT_STATUSES,
+                honeypot=members.get(job.target),
+            )
+        )
+    return {"run_id": run_id, "epochs": epoch_stats(records)}
