@@ -33,7 +33,7 @@ def _merged(w: int, norm: float, clipped: int, before: float, after: float | Non
         clipped=clipped,
         heldout_loss=before,
         heldout_loss_after=after,
-        jobs=[_job("agreement"), _job("agreement"), _job("third-copy"), _job("fallback")],
+        scoring_jobs=[_job("agreement"), _job("agreement"), _job("third-copy"), _job("fallback")],
     )
     return RoundRow.from_view(view)
 
@@ -65,11 +65,11 @@ def test_a_round_is_complete_only_once_every_scoring_step_settled() -> None:
         update_norm=0.8,
         clipped=0,
         heldout_loss_after=5.0,
-        jobs=[_job("agreement"), _job(None), _job("agreement"), _job("fallback")],
+        scoring_jobs=[_job("agreement"), _job(None), _job("agreement"), _job("fallback")],
     )
     assert not RoundRow.from_view(pending).complete
     # The feed has not enqueued the second upload's steps yet.
-    early = {**pending, "jobs": [_job("agreement"), _job("agreement")]}
+    early = {**pending, "scoring_jobs": [_job("agreement"), _job("agreement")]}
     assert not RoundRow.from_view(early).complete
 
 
