@@ -8,6 +8,7 @@ it).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -184,14 +185,22 @@ def leaves_root(preimages: list[LeafPreimage]) -> str:
     return merkle_root_hex([leaf_digest_of(p) for p in preimages])
 
 
-async def open_flow(h: Harness, body: RunManifest | None = None) -> Flow:
-    """Create (with ``body``), configure, roster KEYS[0..1], unpause: round 0 is open."""
+async def open_flow(
+    h: Harness,
+    body: RunManifest | None = None,
+    *,
+    before_unpause: Callable[[str], Awaitable[None]] | None = None,
+) -> Flow:
+    """Create (with ``body``), configure, roster KEYS[0..1], (``before_unpause(run_id)``),
+    unpause: round 0 is open."""
     run_id = await create_run(h, body)
     r = await admin(h, "PUT", f"/v1/admin/runs/{run_id}/config", dict(CONFIG))
     assert r.status_code == 200, r.text
     for key in KEYS[:2]:
         r = await admin(h, "PUT", f"/v1/admin/runs/{run_id}/roster/{key.ss58}", {})
         assert r.status_code == 200, r.text
+    if before_unpause is not None:
+        await before_unpause(run_id)
     assert (await unpause(h, run_id)).status_code == 200
     r = await h.client.get(f"/v1/runs/{run_id}/rounds/0")
     assert r.status_code == 200, r.text

@@ -63,6 +63,7 @@ from hypertrain.trainer.state import pack_state, unpack_state
 __all__ = [
     "BlobFacts",
     "blob_facts",
+    "check_serve_target",
     "grant_state_upload",
     "record_serve",
     "serve_blob_sha",
@@ -140,6 +141,18 @@ def _target_job(
             f" (D = {d})"
         )
     return job, challenge, d
+
+
+def check_serve_target(conn: sqlite3.Connection, raw: object, run_id: str) -> RunManifest:
+    """The read before a StateServe's blob work: the envelope's challenge must target its
+    hotkey in this run and still take serves (404/409 as in :func:`record_serve`); returns the
+    run's manifest."""
+    envelope = check_shape(raw)
+    challenge_hash, hotkey = envelope.body.get("challenge_hash"), envelope.body.get("hotkey")
+    if not isinstance(challenge_hash, str) or not isinstance(hotkey, str):
+        raise Malformed("StateServe body: challenge_hash and hotkey must be strings")
+    _target_job(conn, run_id, challenge_hash, hotkey, None)
+    return parse_manifest(get_run(conn, run_id).manifest_envelope)
 
 
 def grant_state_upload(

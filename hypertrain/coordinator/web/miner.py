@@ -44,9 +44,9 @@ from hypertrain.coordinator.flows.miner import (
     post_leaves,
     signer_of,
 )
-from hypertrain.coordinator.flows.scoring import run_scoring_facts
 from hypertrain.coordinator.flows.serves import (
     blob_facts,
+    check_serve_target,
     grant_state_upload,
     record_serve,
     serve_blob_sha,
@@ -108,7 +108,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         sha = serve_blob_sha(raw)
         verify(raw, expected_run_id=run_id)  # the signature, before any blob work
         await ctx.metagraph.check(signer_of(raw))
-        manifest, _ = await ctx.db.read(run_scoring_facts, run_id)
+        manifest = await ctx.db.read(check_serve_target, raw, run_id)
         if not ctx.objects.exists(sha):
             raise ContractMismatch(f"blob {sha} is not stored: upload it first")
         blob = await ctx.objects.get(sha)
