@@ -5,6 +5,15 @@ whitespace around the content is stripped first. It must be a regular file (not 
 directory or fifo), owned by the current user, with no group or other permission bits
 (``mode & 0o077 == 0``). Anything else is refused with :class:`KeyfileError` before a byte of it
 is used, so a leaked or shared key is never silently accepted.
+
+One exception, for systemd's ``LoadCredential=``: a file directly inside
+``$CREDENTIALS_DIRECTORY`` (the directory itself, not a name it prefixes, not a subdirectory; the
+file still never through a symlink) was put there by the service manager, which makes it 0400,
+owned by root, and grants the service's user read access with a POSIX ACL entry: ``stat`` then
+shows the ACL's mask as a group read bit (mode 0440) although no group can read it. There the
+rule is: the file and the directory owned by root or by this user, no permission bits for
+others, no group write bit, and no group execute bit on the file. The directory is private to
+the service (systemd mounts it read-only for that unit alone), so nobody else can reach the key.
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ __all__ = [
     "write_seed_file",
 ]
 
+_CREDENTIALS_ENV = "CREDENTIALS_DIRECTORY"
+"""Set by systemd for a unit with ``LoadCredential=``: the directory of its credentials."""
 _MAX_SEED_FILE = 4096
 _WHITESPACE = b" \t\n\r\x0b\x0c"
 _HEX = frozenset(b"0123456789abcdefABCDEF")
@@ -82,7 +93,8 @@ def verify_signature(public_key: bytes, message: bytes, signature: bytes) -> boo
 
 def read_private_file(path: str | os.PathLike[str], limit: int, what: str = "key file") -> bytes:
     """The bytes of a file only its owner may read: a regular file (never through a symlink),
-    owned by this user, with no group or other permission bits, at most ``limit`` bytes.
+    owned by this user, with no group or other permission bits, at most ``limit`` bytes (or a
+    systemd credential, module doc).
 
     :class:`FileNotFoundError` when it does not exist; :class:`KeyfileError` naming anything
     else wrong. Seed files and the compute node's ``node.json`` are read with it.
@@ -103,18 +115,55 @@ def read_private_file(path: str | os.PathLike[str], limit: int, what: str = "key
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise KeyfileError(f"{path}: not a regular file")
-        if st.st_uid != os.getuid():
-            raise KeyfileError(f"{path}: owned by uid {st.st_uid}, not by you ({os.getuid()})")
-        if st.st_mode & 0o077:
-            raise KeyfileError(
-                f"{path}: mode {stat.S_IMODE(st.st_mode):04o} lets others read it; "
-                f"run chmod 600 {path}"
-            )
+        if _in_credentials_directory(path):
+            _check_credential(path, st, what)
+        else:
+            _check_private(path, st)
         if st.st_size > limit:
             raise KeyfileError(f"{path}: {st.st_size} bytes is too large for a {what}")
         return os.read(fd, limit + 1)
     finally:
         os.close(fd)
+
+
+def _check_private(path: Path, st: os.stat_result) -> None:
+    """The ordinary rule: owned by this user, no group or other bits (module doc)."""
+    if st.st_uid != os.getuid():
+        raise KeyfileError(f"{path}: owned by uid {st.st_uid}, not by you ({os.getuid()})")
+    if st.st_mode & 0o077:
+        raise KeyfileError(
+            f"{path}: mode {stat.S_IMODE(st.st_mode):04o} lets others read it; run chmod 600 {path}"
+        )
+
+
+def _in_credentials_directory(path: Path) -> bool:
+    """True when ``path`` names a file directly inside ``$CREDENTIALS_DIRECTORY`` (module doc)."""
+    directory = os.environ.get(_CREDENTIALS_ENV, "")
+    if not os.path.isabs(directory):
+        return False
+    parent = os.path.dirname(os.path.abspath(path))
+    return os.path.realpath(parent) == os.path.realpath(directory)
+
+
+def _check_credential(path: Path, st: os.stat_result, what: str) -> None:
+    """The rule for a file the service manager placed in the credentials directory (module doc)."""
+    owners = {0, os.getuid()}
+    if st.st_uid not in owners:
+        raise KeyfileError(
+            f"{path}: owned by uid {st.st_uid}, neither root nor you ({os.getuid()})"
+        )
+    if st.st_mode & 0o037:
+        raise KeyfileError(
+            f"{path}: mode {stat.S_IMODE(st.st_mode):04o} lets others read or change this "
+            f"{what}; a credential is at most 0440 (systemd's own is 0400 plus an ACL)"
+        )
+    directory = path.absolute().parent
+    dst = os.stat(directory)
+    if dst.st_uid not in owners or dst.st_mode & 0o027:
+        raise KeyfileError(
+            f"{directory}: a credentials directory must be root's or yours and closed to others "
+            f"(uid {dst.st_uid}, mode {stat.S_IMODE(dst.st_mode):04o})"
+        )
 
 
 def load_seed(path: str | os.PathLike[str]) -> bytes:
