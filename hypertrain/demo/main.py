@@ -34,6 +34,7 @@ below that of theta(0); 1 otherwise, with the reason (and the tail of the failin
 from __future__ import annotations
 
 import argparse
+import secrets
 import shutil
 import sys
 import tempfile
@@ -49,9 +50,17 @@ from hypertrain.beacon.chain import ChainInfo
 from hypertrain.cli.common import EXIT_USAGE, OneLineParser, positive_int_arg
 from hypertrain.datasets.pin import pin_async
 from hypertrain.demo.children import Child, ChildFailed, Children, open_children
-from hypertrain.demo.table import HEADER, RoundRow, Table, summary_lines, verdict
-from hypertrain.demo.workspace import Workspace, build_dataset, create_workspace, demo_manifest
+from hypertrain.demo.table import HEADER, AuditTotals, RoundRow, Table, summary_lines, verdict
+from hypertrain.demo.workspace import (
+    MinerHome,
+    Workspace,
+    build_dataset,
+    create_workspace,
+    demo_manifest,
+)
+from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.protocol.envelope import NEVER, seal
+from hypertrain.protocol.hashes import honeypot_commit
 from hypertrain.scoring.registry import DELTA_LOSS
 
 __all__ = ["DemoFailed", "DemoOptions", "build_parser", "main", "run_demo"]
@@ -100,6 +109,9 @@ class DemoOptions:
     nodes: int = 2
     port: int = 0
     keep: Path | None = None
+    auditors: int = 1
+    honeypots: tuple[str, ...] = ("fabricate",)
+    """One operator-run miner per entry, in that honeypot mode (``--honeypot``)."""
 
 
 def _port(value: str) -> int:
@@ -129,6 +141,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=2,
         metavar="K",
         help="hypertrain-node processes scoring the deltas (default 2; 0: the daemon's fallback)",
+    )
+    parser.add_argument(
+        "--auditors",
+        type=_count,
+        default=1,
+        metavar="A",
+        help="hypertrain-auditor processes replaying the audits (default 1; 0: no auditing)",
+    )
+    parser.add_argument(
+        "--honeypot",
+        action="append",
+        choices=[mode.value for mode in HoneypotMode],
+        metavar="MODE",
+        help="add an operator-run honeypot miner in MODE (fabricate, last_step, noise, honest);"
+        " repeatable; default: one fabricate",
     )
     parser.add_argument(
         "--port", type=_port, default=0, metavar="P", help="daemon port (default: any free one)"
@@ -172,10 +199,27 @@ async def _start_daemon(children: Children, ws: Workspace, port: int) -> tuple[C
     return daemon, line[len(LISTENING) :].strip()
 
 
+@attrs.frozen
+class _Network:
+    """What ``_launch`` started: the run, its honest miners and its honeypot miners, and the
+    reveal of the honeypot commitment (posted at the end)."""
+
+    run_id: str
+    miners: list[Child]
+    honeypots: list[Child]
+    reveal: dict[str, Any]
+
+
+def _auditor_argv(url: str, run_id: str, ws: Workspace, home: MinerHome) -> list[str]:
+    argv = [sys.executable, "-m", "hypertrain.auditor", "--api", url, "--run-id", run_id]
+    argv += ["--token-file", str(ws.worker_token_file), "--keyfile", str(home.home / "auditor.key")]
+    return [*argv, "--data-dir", str(home.home / "data")]
+
+
 async def _launch(
     children: Children, ws: Workspace, api: _Admin, url: str, options: DemoOptions, say: Say
-) -> tuple[str, list[Child]]:
-    """Steps 3 to 5 of the module doc; returns the run id and the miners."""
+) -> _Network:
+    """Steps 3 to 5 of the module doc."""
     dataset = await trio.to_thread.run_sync(build_dataset, ws, 64)
     pinned = await pin_async(ws.dataset, ws.state / "objects")
     say(
@@ -183,7 +227,8 @@ async def _launch(
         f"({dataset.holdout.n_samples} held out), pinned as {pinned.manifest_sha256[:16]}"
     )
     chain = ChainInfo.from_json(await api.call("GET", "/v1/beacon/info"))
-    manifest = demo_manifest(ws, chain, dataset)
+    auditors = [ws.add_auditor(i) for i in range(options.auditors)]
+    manifest = demo_manifest(ws, chain, dataset, [a.key.ss58 for a in auditors])
     if manifest.model.seq_len != dataset.seq_len:
         raise DemoFailed(f"the model needs seq_len {manifest.model.seq_len}")
     envelope = seal(ws.owner, "RunManifest", manifest.run_id(), manifest, NEVER).to_json()
@@ -197,21 +242,48 @@ async def _launch(
     }
     await api.call("PUT", f"{base}/config", config)
     homes = [ws.add_miner(i, url, run_id) for i in range(options.miners)]
+    pots = [
+        (ws.add_miner(options.miners + j, url, run_id, name=f"honeypot-{j}-{mode}"), mode)
+        for j, mode in enumerate(options.honeypots)
+    ]
     for home in homes:
         await api.call("PUT", f"{base}/roster/{home.key.ss58}", {})
+    for home, _ in pots:  # honeypots are on probation: audited every round
+        await api.call("PUT", f"{base}/roster/{home.key.ss58}", {"probation": True})
+    members = sorted((home.key.ss58, mode) for home, mode in pots)
+    salt = secrets.token_bytes(32)
+    commitment = honeypot_commit(members, salt)
+    await api.call("PUT", f"{base}/honeypot", {"commitment": commitment})
+    reveal = {
+        "commitment": commitment,
+        "members": [{"hotkey": hotkey, "mode": mode} for hotkey, mode in members],
+        "salt": salt.hex(),
+    }
     say(
         f"demo: run {run_id[:16]} ({manifest.model.param_count:,} parameters,"
         f" H={manifest.inner.H} inner steps a round), {options.miners} miners,"
-        f" {options.nodes} compute nodes, {options.rounds} rounds"
+        f" {len(pots)} honeypots ({', '.join(options.honeypots) or 'none'}),"
+        f" {options.auditors} auditors, {options.nodes} compute nodes, {options.rounds} rounds"
     )
-    miners = []
-    for home in homes:
+    miners: list[Child] = []
+    honeypots: list[Child] = []
+    for home, mode in [(home, None) for home in homes] + list(pots):
         argv = [sys.executable, "-m", "hypertrain.miner", "run", "--config", str(home.config)]
         argv += ["--rounds", str(options.rounds), "--start", "0"]
-        miners.append(
-            await children.start(
-                home.name, argv, env={}, stdout=home.stdout, stderr=home.stderr, cwd=home.home
-            )
+        if mode is not None:
+            argv += ["--honeypot", mode]
+        child = await children.start(
+            home.name, argv, env={}, stdout=home.stdout, stderr=home.stderr, cwd=home.home
+        )
+        (miners if mode is None else honeypots).append(child)
+    for home in auditors:
+        await children.start(
+            home.name,
+            _auditor_argv(url, run_id, ws, home),
+            env={},
+            stdout=home.home / "stdout.txt",
+            stderr=home.home / "stderr.txt",
+            cwd=home.home,
         )
     for i in range(options.nodes):
         node_dir = ws.root / "nodes" / f"node-{i}"
@@ -226,12 +298,12 @@ async def _launch(
             stderr=node_dir / "stderr.txt",
             cwd=node_dir,
         )
-    for miner in miners:
+    for miner in miners + honeypots:
         await miner.wait_for_line(
             lambda s: s.endswith("round 0: waiting"), STARTUP_SECONDS, stream="stderr"
         )
     await api.call("PUT", f"{base}/paused", {"paused": False})
-    return run_id, miners
+    return _Network(run_id, miners, honeypots, reveal)
 
 
 def _check_children(daemon: Child, miners: Sequence[Child]) -> None:
@@ -251,6 +323,7 @@ async def _watch(
 ) -> tuple[list[RoundRow], float | None]:
     """Print the table until ``N`` rounds are merged and evaluated (or the time is up)."""
     table = Table()
+    expect_audits = options.auditors > 0
     initial: float | None = None
     say(HEADER)
     with trio.move_on_after(ROUND_SECONDS * options.rounds + SCORING_SECONDS):
@@ -263,7 +336,7 @@ async def _watch(
                 if done is not None and done.complete:
                     continue
                 view = (await client.get(f"/v1/runs/{run_id}/rounds/{w}")).json()
-                row = RoundRow.from_view(view)
+                row = RoundRow.from_view(view, expect_audits=expect_audits)
                 if w == 0 and initial is None and row.heldout_loss is not None:
                     initial = row.heldout_loss
                     say(f"demo: held-out loss of theta(0): {initial:.4f}")
@@ -292,14 +365,23 @@ async def run_demo(options: DemoOptions, say: Say = _say) -> int:
             async with httpx.AsyncClient(base_url=url, timeout=HTTP_TIMEOUT) as client:
                 api = _Admin(client, ws.admin_token)
                 with trio.fail_after(SETUP_SECONDS):
-                    run_id, miners = await _launch(children, ws, api, url, options, say)
-                rows, initial = await _watch(client, run_id, options, daemon, miners, say)
-            for miner in miners:
+                    net = await _launch(children, ws, api, url, options, say)
+                rows, initial = await _watch(client, net.run_id, options, daemon, net.miners, say)
+                audits = None
+                if options.auditors:
+                    await api.call(
+                        "POST", f"/v1/admin/runs/{net.run_id}/honeypot/reveal", net.reveal
+                    )
+                    stats = await api.call("GET", f"/run/{net.run_id}/auditor-stats")
+                    audits = AuditTotals.from_stats(stats)
+            for miner in net.miners + net.honeypots:
                 await miner.wait(STOP_GRACE)
             await daemon.stop(STOP_GRACE)
-        result = verdict(rows, options.rounds, initial)
+        result = verdict(rows, options.rounds, initial, audits)
         for line in summary_lines(rows, options.rounds, initial, trio.current_time() - started):
             say(line)
+        if audits is not None:
+            say(audits.line())
         say(f"demo: {'ok' if result.ok else 'FAILED'}: {result.reason}")
         return EXIT_OK if result.ok else EXIT_FAILED
     except (DemoFailed, ChildFailed, trio.TooSlowError, httpx.HTTPError, OSError) as e:
@@ -318,7 +400,13 @@ def main(argv: Sequence[str]) -> int:
     except SystemExit as e:
         return EXIT_USAGE if e.code else EXIT_OK
     options = DemoOptions(
-        rounds=args.rounds, miners=args.miners, nodes=args.nodes, port=args.port, keep=args.keep
+        rounds=args.rounds,
+        miners=args.miners,
+        nodes=args.nodes,
+        port=args.port,
+        keep=args.keep,
+        auditors=args.auditors,
+        honeypots=tuple(args.honeypot) if args.honeypot else ("fabricate",),
     )
     try:
         return trio.run(run_demo, options)

@@ -4,7 +4,9 @@ A :class:`RoundRow` is what one ``GET /v1/runs/{id}/rounds/{w}`` view says about
 its state, how many rostered miners uploaded, and once the daemon merged it the update's norm,
 how many deltas were preclipped and the held-out loss of the merged weights
 (``heldout_loss_after``: the loss of theta(w + 1)); and how the scoring steps of its deltas
-(``jobs``) were settled: by two agreeing nodes, by a third copy, or by the daemon's fallback.
+(``scoring_jobs``) were settled: by two agreeing nodes, by a third copy, or by the daemon's
+fallback; and its audits: how many miners the draw selected, how many were replayed (a verdict)
+and how many of those were caught (a fault verdict).
 :class:`Table` turns a stream of views into printed lines: a round's line is printed when its
 text differs from the last one printed for that round, so the table is live and never repeats
 itself. :func:`verdict` decides the demo's exit status.
@@ -18,11 +20,13 @@ from typing import Any, Final
 
 import attrs
 
-__all__ = ["HEADER", "RoundRow", "Table", "Verdict", "summary_lines", "verdict"]
+__all__ = ["HEADER", "AuditTotals", "RoundRow", "Table", "Verdict", "summary_lines", "verdict"]
 
 HEADER: Final = (
     "round  state          uploaded  update norm  clipped  held-out loss  scored agree/3rd/fb"
+    "  audits sel/rep/caught"
 )
+_FAULTS: Final = frozenset({"MISMATCH", "WITHHELD", "BAD_PROOF", "ASSIGNMENT_VIOLATION"})
 _SETTLED_HOW: Final = ("agreement", "third-copy", "fallback")
 
 
@@ -50,17 +54,30 @@ class RoundRow:
     """Scoring steps of the round's deltas (two per upload: public and hidden trace)."""
     settled: tuple[int, int, int] = (0, 0, 0)
     """Steps settled by agreement, by a third copy and by the daemon's fallback."""
+    selected: int | None = None
+    """Miners the audit draw selected (None before the draw)."""
+    replayed: int = 0
+    """Audits with a verdict."""
+    caught: int = 0
+    """Audits with a fault verdict."""
+    audits_open: int = 0
+    """Audits still without a verdict (queued, waiting or leased)."""
+    expect_audits: bool = False
+    """The run has auditors: the round is complete only once its audits are settled."""
 
     @classmethod
-    def from_view(cls, view: Mapping[str, Any]) -> RoundRow:
+    def from_view(cls, view: Mapping[str, Any], *, expect_audits: bool = False) -> RoundRow:
         miners = view.get("miners") or []
+        audits = [j for j in view.get("jobs") or [] if isinstance(j, dict)]
+        results = [j.get("result") for j in audits if j.get("result") is not None]
+        selected = view.get("selected")
         clipped = view.get("clipped")
         jobs = [j for j in view.get("scoring_jobs") or [] if isinstance(j, dict)]
         hows = [j.get("how") for j in jobs if j.get("state") == "settled"]
         return cls(
             w=int(view["w"]),
             state=str(view["state"]),
-            uploaded=sum(1 for m in miners if m.get("status") == "UPLOADED"),
+            uploaded=sum(1 for m in miners if m.get("delta_manifest") is not None),
             rostered=len(miners),
             update_norm=_number(view.get("update_norm")),
             clipped=clipped if isinstance(clipped, int) else None,
@@ -72,6 +89,11 @@ class RoundRow:
                 hows.count("third-copy"),
                 hows.count("fallback"),
             ),
+            selected=len(selected) if isinstance(selected, list) else None,
+            replayed=len(results),
+            caught=sum(1 for r in results if r in _FAULTS),
+            audits_open=sum(1 for j in audits if j.get("state") not in ("done", "failed")),
+            expect_audits=expect_audits,
         )
 
     @property
@@ -85,9 +107,16 @@ class RoundRow:
         return self.jobs >= 2 * self.uploaded and sum(self.settled) >= self.jobs
 
     @property
+    def audited(self) -> bool:
+        """The audit draw ran and every selected miner has a verdict (or a failed job)."""
+        return self.selected is not None and self.audits_open == 0
+
+    @property
     def complete(self) -> bool:
-        """Merged, evaluated and scored: nothing about the round will change in the table."""
-        return self.merged and self.heldout_loss_after is not None and self.scored
+        """Merged, evaluated, scored and (with auditors) audited: nothing about the round will
+        change in the table."""
+        done = self.merged and self.heldout_loss_after is not None and self.scored
+        return done and (self.audited or not self.expect_audits)
 
     def line(self) -> str:
         norm = "-" if self.update_norm is None else f"{self.update_norm:.4f}"
@@ -95,9 +124,10 @@ class RoundRow:
         loss = "-" if self.heldout_loss_after is None else f"{self.heldout_loss_after:.4f}"
         uploaded = f"{self.uploaded}/{self.rostered}"
         scored = "/".join(str(n) for n in self.settled) + f" of {self.jobs}"
+        audits = "-" if self.selected is None else f"{self.selected}/{self.replayed}/{self.caught}"
         return (
             f"{self.w:5d}  {self.state:<13}  {uploaded:>8}  {norm:>11}  {clipped:>7}"
-            f"  {loss:>13}  {scored:>19}"
+            f"  {loss:>13}  {scored:>19}  {audits:>21}"
         )
 
 
@@ -120,6 +150,46 @@ class Table:
 
 
 @attrs.frozen
+class AuditTotals:
+    """``GET /run/{id}/auditor-stats`` summed over its epochs (after the honeypot reveal)."""
+
+    replayed: int = 0
+    caught: int = 0
+    hp_bad: int = 0
+    hp_bad_caught: int = 0
+    hp_honest: int = 0
+    hp_honest_flagged: int = 0
+
+    @classmethod
+    def from_stats(cls, stats: Mapping[str, Any]) -> AuditTotals:
+        epochs = [e for e in stats.get("epochs") or [] if isinstance(e, dict)]
+
+        def total(key: str) -> int:
+            return sum(int(e.get(key) or 0) for e in epochs)
+
+        return cls(
+            replayed=total("audits"),
+            caught=total("catches"),
+            hp_bad=total("hp_bad"),
+            hp_bad_caught=total("hp_bad_caught"),
+            hp_honest=total("hp_honest"),
+            hp_honest_flagged=total("hp_honest_flagged"),
+        )
+
+    @property
+    def miners_caught(self) -> int:
+        """Fault verdicts of miners that are not honeypots (all honest in the demo)."""
+        return self.caught - self.hp_bad_caught - self.hp_honest_flagged
+
+    def line(self) -> str:
+        return (
+            f"summary: audits: {self.replayed} replayed, {self.caught} caught; honeypots:"
+            f" {self.hp_bad_caught} of {self.hp_bad} bad caught, {self.hp_honest_flagged} of"
+            f" {self.hp_honest} honest flagged"
+        )
+
+
+@attrs.frozen
 class Verdict:
     """Whether the demo did what it promises (exit 0), and why not."""
 
@@ -127,9 +197,15 @@ class Verdict:
     reason: str
 
 
-def verdict(rows: Sequence[RoundRow], rounds: int, initial_loss: float | None) -> Verdict:
-    """OK when ``rounds`` rounds were merged and the held-out loss of the last merge's weights
-    is below the loss of theta(0); otherwise the first reason it is not."""
+def verdict(
+    rows: Sequence[RoundRow],
+    rounds: int,
+    initial_loss: float | None,
+    audits: AuditTotals | None = None,
+) -> Verdict:
+    """OK when ``rounds`` rounds were merged, the held-out loss of the last merge's weights is
+    below the loss of theta(0) and (with ``audits``) every audited bad honeypot was caught and
+    no honest miner or honeypot was flagged; otherwise the first reason it is not."""
     merged = [row for row in rows if row.merged]
     if len(merged) < rounds:
         return Verdict(False, f"only {len(merged)} of {rounds} rounds were applied")
@@ -138,7 +214,19 @@ def verdict(rows: Sequence[RoundRow], rounds: int, initial_loss: float | None) -
         return Verdict(False, "the daemon did not report the held-out loss")
     if not (math.isfinite(final) and final < initial_loss):
         return Verdict(False, f"held-out loss did not fall: {initial_loss:.4f} -> {final:.4f}")
-    return Verdict(True, f"{rounds} rounds applied and the held-out loss fell")
+    if audits is None:
+        return Verdict(True, f"{rounds} rounds applied and the held-out loss fell")
+    if audits.hp_bad_caught < audits.hp_bad:
+        missed = audits.hp_bad - audits.hp_bad_caught
+        return Verdict(False, f"{missed} audit(s) of a bad honeypot passed")
+    if audits.hp_honest_flagged or audits.miners_caught:
+        flagged = audits.hp_honest_flagged + audits.miners_caught
+        return Verdict(False, f"{flagged} honest miner(s) flagged by an audit")
+    return Verdict(
+        True,
+        f"{rounds} rounds applied, the held-out loss fell, every bad honeypot audited was caught"
+        " and no honest miner was flagged",
+    )
 
 
 def summary_lines(

@@ -17,6 +17,7 @@ takes seconds (:data:`UPLOAD_AFTER_COMMIT`).
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -111,10 +112,24 @@ class Workspace:
             "HYPERTRAIN_HOLDOUT_DIR": str(self.dataset),
         }
 
-    def add_miner(self, index: int, api: str, run_id: str) -> MinerHome:
-        """Create miner ``index``'s home: a fresh key and a miner.toml for ``run_id``."""
+    def add_auditor(self, index: int) -> MinerHome:
+        """Create auditor ``index``'s home: a fresh key (its data cache lives there too)."""
         key = Keypair.generate()
-        name = f"miner-{index}"
+        name = f"auditor-{index}"
+        home = self.root / "auditors" / name
+        home.mkdir(parents=True)
+        write_seed_file(home / "auditor.key", key.seed)
+        return MinerHome(name, home, key)
+
+    @property
+    def worker_token_file(self) -> Path:
+        return self.secrets / "worker_token"
+
+    def add_miner(self, index: int, api: str, run_id: str, name: str = "") -> MinerHome:
+        """Create miner ``index``'s home (named ``name``, default ``miner-{index}``): a fresh
+        key and a miner.toml for ``run_id``."""
+        key = Keypair.generate()
+        name = name or f"miner-{index}"
         home = self.root / "miners" / name
         home.mkdir(parents=True)
         write_seed_file(home / "miner.key", key.seed)
@@ -160,8 +175,14 @@ def build_dataset(workspace: Workspace, seq_len: int) -> DatasetManifest:
     )
 
 
-def demo_manifest(workspace: Workspace, chain: ChainInfo, dataset: DatasetManifest) -> RunManifest:
-    """The test-mode manifest over ``dataset`` and the daemon's ``chain`` (module doc)."""
+def demo_manifest(
+    workspace: Workspace,
+    chain: ChainInfo,
+    dataset: DatasetManifest,
+    auditors: Sequence[str] = (),
+) -> RunManifest:
+    """The test-mode manifest over ``dataset`` and the daemon's ``chain`` (module doc), naming
+    ``auditors`` (SS58) as the run's auditors."""
     beacon = Beacon(
         chain_hash=chain.hash,
         period=chain.period_ms // 1000,
@@ -175,4 +196,5 @@ def demo_manifest(workspace: Workspace, chain: ChainInfo, dataset: DatasetManife
         manifest,
         verify=attrs.evolve(manifest.verify, T=timeouts),
         init_state_hash=init_state_hash(manifest.model),
+        auditors=tuple(auditors),
     )

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypertrain.demo.table import HEADER, RoundRow, Table, summary_lines, verdict
+from hypertrain.demo.table import HEADER, AuditTotals, RoundRow, Table, summary_lines, verdict
 
 
 def _view(w: int, state: str, statuses: list[str], **merged: Any) -> dict[str, Any]:
     return {
         "w": w,
         "state": state,
-        "miners": [{"hotkey": f"k{i}", "status": s} for i, s in enumerate(statuses)],
+        "miners": [
+            {"hotkey": f"k{i}", "status": s, "delta_manifest": {} if s == "UPLOADED" else None}
+            for i, s in enumerate(statuses)
+        ],
         "update_norm": None,
         "clipped": None,
         "heldout_loss": None,
@@ -43,6 +46,7 @@ def test_a_row_counts_uploads_and_shows_dashes_until_the_merge() -> None:
     assert (row.uploaded, row.rostered, row.merged, row.complete) == (1, 3, False, False)
     assert row.line() == (
         "    4  TRAINING            1/3            -        -              -           0/0/0 of 0"
+        "                      -"
     )
     assert len(row.line()) == len(HEADER)
 
@@ -52,6 +56,7 @@ def test_a_merged_row_shows_norm_clipped_and_the_loss_after_the_merge() -> None:
     assert row.complete
     assert row.line() == (
         "    0  APPLIED             2/3       0.8095        2         5.0539           2/1/1 of 4"
+        "                      -"
     )
 
 
@@ -110,3 +115,55 @@ def test_the_summary_adds_up_the_merged_rounds() -> None:
         "summary: 0/2 rounds applied in 3.0 s; 0/0 deltas uploaded, 0 preclipped",
         "summary: 0 scoring steps; settled by agreement 0, by a third copy 0, by the fallback 0",
     ]
+
+
+def _audit(target: str, state: str, result: str | None) -> dict[str, Any]:
+    return {"target": target, "state": state, "result": result}
+
+
+def test_with_auditors_a_round_is_complete_once_its_audits_have_verdicts() -> None:
+    merged = _merged(0, 0.8, 0, 5.5, 5.0)
+    view = {
+        **_view(0, "AUDIT", ["MATCH", "MISMATCH", "UPLOADED"]),
+        "update_norm": 0.8,
+        "clipped": 0,
+        "heldout_loss_after": 5.0,
+        "scoring_jobs": [_job("agreement")] * 6,
+        "selected": ["k0", "k1", "k2"],
+        "jobs": [
+            _audit("k0", "done", "MATCH"),
+            _audit("k1", "done", "MISMATCH"),
+            _audit("k2", "leased", None),
+        ],
+    }
+    assert merged.complete  # no auditors: the audits do not hold a round back
+    row = RoundRow.from_view(view, expect_audits=True)
+    assert (row.selected, row.replayed, row.caught, row.audits_open) == (3, 2, 1, 1)
+    assert row.uploaded == 1  # a verdict replaces UPLOADED; the DeltaManifest still counts
+    assert not row.complete
+    assert row.line().endswith("3/2/1")
+    view["jobs"][2] = _audit("k2", "done", "MATCH")
+    view["miners"][2]["status"] = "MATCH"
+    assert RoundRow.from_view(view, expect_audits=True).complete
+    before_draw = {**view, "selected": None, "jobs": []}
+    assert not RoundRow.from_view(before_draw, expect_audits=True).complete
+
+
+def test_the_verdict_with_audits_needs_every_bad_honeypot_caught_and_no_honest_flag() -> None:
+    rows = [_merged(0, 1.0, 0, 5.5, 5.0)]
+    good = AuditTotals(replayed=4, caught=1, hp_bad=1, hp_bad_caught=1, hp_honest=0)
+    assert verdict(rows, 1, 5.5, good).ok
+    assert good.line() == (
+        "summary: audits: 4 replayed, 1 caught; honeypots: 1 of 1 bad caught, 0 of 0 honest flagged"
+    )
+    missed = AuditTotals(replayed=4, caught=0, hp_bad=1, hp_bad_caught=0)
+    assert verdict(rows, 1, 5.5, missed).reason == "1 audit(s) of a bad honeypot passed"
+    honest = AuditTotals(replayed=4, caught=2, hp_bad=1, hp_bad_caught=1)
+    assert verdict(rows, 1, 5.5, honest).reason == "1 honest miner(s) flagged by an audit"
+    stats = {
+        "epochs": [
+            {"audits": 3, "catches": 1, "hp_bad": 1, "hp_bad_caught": 1, "hp_honest": 1},
+            {"audits": 2, "catches": 0, "hp_honest": 1, "hp_honest_flagged": 0},
+        ]
+    }
+    assert AuditTotals.from_stats(stats) == AuditTotals(5, 1, 1, 1, 2, 0)
