@@ -204,13 +204,12 @@ def test_a_preimage_that_does_not_hash_to_its_leaf(
 
 
 def test_a_preimage_of_the_wrong_step(reset: World, honest_reset: RoundResult) -> None:
-    built = make_job(reset, honest_reset)
-    preimages = [dict(p) for p in built.job["preimages"]]
-    preimages[1], preimages[2] = preimages[2], preimages[1]
-    set_preimages(built, preimages, releaf=False)
-    built.job["leaves"][1], built.job["leaves"][2] = built.job["leaves"][2], built.job["leaves"][1]
-    outcome = audit(reset, built)
+    """The miner commits (the root of) a leaf 2 that claims another step."""
+    preimages = [leaf.preimage for leaf in honest_reset.leaves]
+    preimages[2] = attrs.evolve(preimages[2], t=5)
+    outcome = audit(reset, make_job(reset, honest_reset, preimages=preimages))
     assert outcome.result == "BAD_PROOF"
+    assert "preimage 2 is for" in outcome.reason
 
 
 def _tampered(state: StateAt) -> StateAt:

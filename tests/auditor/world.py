@@ -27,7 +27,7 @@ from hypertrain.protocol.hashes import tensor_root
 from hypertrain.protocol.jcs import body_digest
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest, StatePolicy
-from hypertrain.protocol.merkle import merkle_proof
+from hypertrain.protocol.merkle import merkle_proof, merkle_root_hex
 from hypertrain.protocol.messages import (
     AuditChallenge,
     Commit,
@@ -282,16 +282,23 @@ def make_job(
     segments: Sequence[Window] | None = None,
     mode: str | None = None,
     serve_starts: Iterable[int] | None = None,
+    preimages: Sequence[LeafPreimage] | None = None,
 ) -> Built:
     """The job of auditing ``result`` (trained by MINER in round ``W``).
 
     ``states`` are the states at each leaf the miner serves from (default: ``result``'s own);
     ``serve_starts`` the window starts it serves (default: all); ``segments`` and ``mode``
-    override the challenge (sealed by K_coord all the same).
+    override the challenge (sealed by K_coord all the same); ``preimages`` replace the round's
+    leaves (the miner commits their root).
     """
-    preimages = [leaf.preimage for leaf in result.leaves]
-    digests = [leaf.digest for leaf in result.leaves]
-    commit = commit or commit_of(world, result)
+    if preimages is None:
+        preimages = [leaf.preimage for leaf in result.leaves]
+        digests = [leaf.digest for leaf in result.leaves]
+        commit = commit or commit_of(world, result)
+    else:
+        digests = [preimage_digest(p) for p in preimages]
+        base = commit or commit_of(world, result)
+        commit = attrs.evolve(base, leaves_root=merkle_root_hex(digests))
     mode = mode or world.mode
     if segments is None:
         segments = derived_segments(world, preimages) if mode == "segments" else ()
