@@ -51,8 +51,8 @@ from hypertrain.trainer.params import F32Array, param_shapes
 from hypertrain.trainer.state import TrainState, unpack_state
 
 __all__ = [
-    "ServedState",
     "ServeCheck",
+    "ServedState",
     "assignment_violation",
     "blob_sha_of",
     "check_serves",
@@ -171,7 +171,9 @@ def _serve_failure(
     state = _full_state(blobs[sha], job)
     if isinstance(state, str):
         return state
-    assert state.m is not None and state.v is not None and state.step is not None
+    assert state.m is not None
+    assert state.v is not None
+    assert state.step is not None
     root_hex = tensor_root(th_bytes(state.theta), th_bytes(state.m), th_bytes(state.v), state.step)
     if root_hex != serve.tensor_root:
         return "the blob's tensor_root is not the serve's"
@@ -211,7 +213,8 @@ def check_serves(
 def zeros_like_model(job: AuditJob) -> dict[str, F32Array]:
     """Zeros of every parameter of the run's model (the default ef_in)."""
     return {
-        n: np.zeros(shape, dtype=np.float32) for n, shape in param_shapes(job.manifest.model).items()
+        n: np.zeros(shape, dtype=np.float32)
+        for n, shape in param_shapes(job.manifest.model).items()
     }
 
 

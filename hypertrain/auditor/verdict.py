@@ -213,9 +213,7 @@ def _stage_theta_hashes(theta: Mapping[str, F32Array], manifest: RunManifest) ->
 
 def _cheap_bad_leaves(job: AuditJob, theta_start: Mapping[str, F32Array]) -> list[int]:
     bad = [
-        i
-        for i, p in enumerate(job.preimages)
-        if p.rng_ctr != rng_ctr(job.run_id, job.w, p.t, -1)
+        i for i, p in enumerate(job.preimages) if p.rng_ctr != rng_ctr(job.run_id, job.w, p.t, -1)
     ]
     leaf0 = job.preimages[0]
     if (leaf0.loss_f32, leaf0.norm_f32) != (ZERO_F32, ZERO_F32):
@@ -262,16 +260,16 @@ def replay_outcome(
         raise BadJob("the final window was not replayed")
     if th_hex(theta_end) != job.commit.final_theta_hash:
         return Outcome("MISMATCH", None, root, "final_theta_hash differs from the replay")
-    delta = {n: np.asarray(prepared.theta_start[n], dtype=np.float32) - theta_end[n] for n in theta_end}
+    delta = {
+        n: np.asarray(prepared.theta_start[n], dtype=np.float32) - theta_end[n] for n in theta_end
+    }
     packed = compress(delta, prepared.ef_in, float(f32_from_hex(job.manifest.outer.ef_beta)))
     if packed.delta_hash() != job.commit.delta_hash or packed.delta_bytes != job.commit.delta_bytes:
         return Outcome("MISMATCH", None, root, "the rebuilt delta does not hash to delta_hash")
     return Outcome("MATCH", None, root, "every replayed leaf and the delta match")
 
 
-def decide(
-    job: AuditJob, evidence: Evidence, replayer: Replayer, samples: Samples
-) -> Outcome:
+def decide(job: AuditJob, evidence: Evidence, replayer: Replayer, samples: Samples) -> Outcome:
     """:func:`prepare` then, when it found no fault, :func:`replay_outcome`."""
     prepared = prepare(job, evidence)
     if isinstance(prepared, Outcome):

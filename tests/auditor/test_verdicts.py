@@ -32,8 +32,8 @@ from hypertrain.trainer.state import pack_state
 from tests.auditor.world import (
     AUDITOR,
     SERVE_DEADLINE,
-    W,
     Built,
+    W,
     World,
     commit_of,
     make_job,
@@ -84,9 +84,9 @@ async def honeypot_with_states(
 
 def _replace_serve(built: Built, world: World, a: int, envelope: dict, blob: bytes) -> None:
     t = a * world.manifest.inner.J
-    built.job["state_serves"] = [
-        s for s in built.job["state_serves"] if s["body"]["t"] != t
-    ] + [envelope]
+    built.job["state_serves"] = [s for s in built.job["state_serves"] if s["body"]["t"] != t] + [
+        envelope
+    ]
     built.blobs[sha(blob)] = blob
 
 
@@ -193,9 +193,7 @@ def test_forged_preimages_do_not_merkle_to_the_root(
     assert outcome.recomputed_leaves_root == NO_REPLAY_ROOT
 
 
-def test_a_preimage_that_does_not_hash_to_its_leaf(
-    reset: World, honest_reset: RoundResult
-) -> None:
+def test_a_preimage_that_does_not_hash_to_its_leaf(reset: World, honest_reset: RoundResult) -> None:
     built = make_job(reset, honest_reset)
     set_preimages(built, _forge_stage(built, 2), releaf=False)
     outcome = audit(reset, built)
@@ -306,9 +304,7 @@ def test_a_missing_serve_is_withheld_after_the_deadline_only(
 # -- jobs that fail without retry -------------------------------------------------------------
 
 
-def test_segments_that_differ_from_the_derivation(
-    carry: World, honest_carry: RoundResult
-) -> None:
+def test_segments_that_differ_from_the_derivation(carry: World, honest_carry: RoundResult) -> None:
     built = make_job(carry, honest_carry, segments=[(1, 2), (2, 3)])
     with pytest.raises(BadJob, match="differ from the derived") as caught:
         audit(carry, built)
@@ -333,18 +329,14 @@ def test_a_beacon_signature_that_is_not_the_challenges(
         audit(carry, built)
 
 
-def test_a_challenge_not_sealed_by_the_coordinator(
-    carry: World, honest_carry: RoundResult
-) -> None:
+def test_a_challenge_not_sealed_by_the_coordinator(carry: World, honest_carry: RoundResult) -> None:
     built = make_job(carry, honest_carry)
     built.job["challenge_envelope"]["sig"] = "00" * 64
     with pytest.raises(BadJob, match="challenge_envelope"):
         audit(carry, built)
 
 
-def test_a_start_state_that_is_not_the_round_opens(
-    carry: World, honest_carry: RoundResult
-) -> None:
+def test_a_start_state_that_is_not_the_round_opens(carry: World, honest_carry: RoundResult) -> None:
     built = make_job(carry, honest_carry)
     blob = pack_state(honest_carry.theta_end)
     built.job["theta_start_sha256"] = sha(blob)

@@ -47,7 +47,9 @@ from hypertrain.trainer.state import pack_state
 from tests.trainer.helpers import TINY_DIMS, in_process_env, tiny_manifest
 
 SEQ_LEN: Final = 16
-TEXT: Final = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(300))
+TEXT: Final = "".join(
+    f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(300)
+)
 W: Final = 1
 SIG: Final = bytes(range(48))
 ZERO: Final = "00" * 32
@@ -359,9 +361,7 @@ def set_preimages(built: Built, preimages: Sequence[dict[str, Any]], *, releaf: 
     if releaf:
         from hypertrain.protocol.converter import structure
 
-        built.job["leaves"] = [
-            preimage_digest(structure(LeafPreimage, p)).hex() for p in preimages
-        ]
+        built.job["leaves"] = [preimage_digest(structure(LeafPreimage, p)).hex() for p in preimages]
 
 
 def dataset_objects(data_dir: Path) -> dict[str, bytes]:
