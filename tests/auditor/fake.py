@@ -18,7 +18,7 @@ import trio
 
 from hypertrain.protocol.envelope import seal
 from hypertrain.protocol.manifest import RunManifest
-from tests.auditor.world import OWNER
+from tests.auditor.world import OWNER, Built, World, dataset_objects
 
 TOKEN = "worker-token-1"
 API = "http://127.0.0.1:8000"
@@ -109,3 +109,13 @@ def serves_answer(now_round: int, serves: list[Mapping[str, Any]]) -> dict[str, 
             {"serve": dict(s), "blob_sha256": s["body"]["uri"].rsplit("/", 1)[-1]} for s in serves
         ],
     }
+
+
+def coordinator(world: World, *jobs: Built) -> FakeCoordinator:
+    """A fake coordinator of ``world``'s run serving its dataset and ``jobs`` (with their blobs)."""
+    fake = FakeCoordinator(world.manifest)
+    fake.objects.update(dataset_objects(world.data_dir))
+    for built in jobs:
+        fake.jobs.append(built.job)
+        fake.objects.update(built.blobs)
+    return fake

@@ -18,8 +18,7 @@ from hypertrain.protocol.keys import Keypair, write_seed_file
 from hypertrain.protocol.manifest import ReferenceEnv
 from hypertrain.trainer.determinism import env_vars
 from hypertrain.trainer.loop import RoundResult
-from tests.auditor.fake import API, TOKEN, FakeCoordinator
-from tests.auditor.test_worker import coordinator
+from tests.auditor.fake import API, TOKEN, FakeCoordinator, coordinator
 from tests.auditor.world import World, make_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -190,3 +189,10 @@ def test_the_launcher_and_console_script_exist() -> None:
 
 def test_keypair_of_the_default_seed_is_the_manifests_auditor(carry: World) -> None:
     assert Keypair.from_seed(b"\x04" * 32).ss58 in carry.manifest.auditors
+
+
+def test_the_public_surface_resolves() -> None:
+    import hypertrain.auditor as package
+
+    assert len(set(package.__all__)) == len(package.__all__)
+    assert [name for name in package.__all__ if not hasattr(package, name)] == []

@@ -23,13 +23,11 @@ from hypertrain.protocol.envelope import verify
 from hypertrain.protocol.messages import ReplayVerdict
 from hypertrain.trainer.loop import RoundResult
 from nurseries import RestartPolicy
-from tests.auditor.fake import API, TOKEN, FakeCoordinator, serves_answer
+from tests.auditor.fake import API, TOKEN, FakeCoordinator, coordinator, serves_answer
 from tests.auditor.world import (
     AUDITOR,
     SERVE_DEADLINE,
-    Built,
     World,
-    dataset_objects,
     make_job,
 )
 
@@ -42,15 +40,6 @@ RETRY = RestartPolicy(initial_backoff=1.0, factor=2.0, max_backoff=30.0, jitter=
 async def slow_inline(fn: Callable[..., Any], *args: Any) -> Any:
     await trio.sleep(REPLAY_SECONDS)
     return fn(*args)
-
-
-def coordinator(world: World, *jobs: Built) -> FakeCoordinator:
-    fake = FakeCoordinator(world.manifest)
-    fake.objects.update(dataset_objects(world.data_dir))
-    for built in jobs:
-        fake.jobs.append(built.job)
-        fake.objects.update(built.blobs)
-    return fake
 
 
 def worker_for(
@@ -237,5 +226,5 @@ async def test_a_refused_token_is_fatal(
 
     fake = coordinator(carry)
     fake.statuses["POST /v1/worker/lease"] = [status]
-    with pytest.raises(AuditorFatal):
+    with trio.fail_after(100), pytest.raises(AuditorFatal):
         await worker_for(fake, carry, tmp_path).audit_next()
