@@ -343,3 +343,39 @@ def test_a_start_state_that_is_not_the_round_opens(carry: World, honest_carry: R
     built.blobs[sha(blob)] = blob
     with pytest.raises(BadJob, match="theta_hash"):
         audit(carry, built)
+
+
+# -- the cheap checks beyond the spec's list ------------------------------------------------
+
+
+def test_a_metrics_root_that_is_not_the_preimages(reset: World, honest_reset: RoundResult) -> None:
+    commit = attrs.evolve(commit_of(reset, honest_reset), metrics_root="cd" * 32)
+    outcome = audit(reset, make_job(reset, honest_reset, commit=commit))
+    assert outcome.result == "BAD_PROOF"
+    assert "metrics_root" in outcome.reason
+
+
+@pytest.mark.parametrize(
+    "change", [{"rng_ctr": 1}, {"loss_f32": "3f800000"}], ids=["rng_ctr", "loss"]
+)
+def test_a_wrong_leaf_0_is_caught_though_no_window_ends_there(
+    carry: World, honest_carry: RoundResult, change: dict[str, object]
+) -> None:
+    preimages = [leaf.preimage for leaf in honest_carry.leaves]
+    preimages[0] = attrs.evolve(preimages[0], **change)  # type: ignore[arg-type]
+    outcome = audit(carry, make_job(carry, honest_carry, preimages=preimages))
+    assert (outcome.result, outcome.first_bad_leaf) == ("MISMATCH", 0)
+
+
+def test_served_step_counts_that_do_not_advance_one_a_step(
+    carry: World, honest_carry: RoundResult
+) -> None:
+    built = make_job(carry, honest_carry)
+    digests = [leaf.digest for leaf in honest_carry.leaves]
+    state = honest_carry.leaf_states[1]
+    skewed = attrs.evolve(state, opt=attrs.evolve(state.opt, step=state.opt.step + 1))
+    envelope, blob = serve_of(carry, built.job["challenge_hash"], digests, 1, skewed)
+    _replace_serve(built, carry, 1, envelope, blob)
+    outcome = audit(carry, built)
+    assert outcome.result == "BAD_PROOF"
+    assert "step counts" in outcome.reason

@@ -23,7 +23,7 @@ from hypertrain.datasets.tokenizer import VOCAB
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.envelope import NEVER, seal
 from hypertrain.protocol.f32 import f32_from_hex
-from hypertrain.protocol.hashes import tensor_root
+from hypertrain.protocol.hashes import metrics_leaf, tensor_root
 from hypertrain.protocol.jcs import body_digest
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest, StatePolicy
@@ -291,7 +291,7 @@ def make_job(
     ``states`` are the states at each leaf the miner serves from (default: ``result``'s own);
     ``serve_starts`` the window starts it serves (default: all); ``segments`` and ``mode``
     override the challenge (sealed by K_coord all the same); ``preimages`` replace the round's
-    leaves (the miner commits their root).
+    leaves (the miner commits their roots).
     """
     if preimages is None:
         preimages = [leaf.preimage for leaf in result.leaves]
@@ -300,7 +300,10 @@ def make_job(
     else:
         digests = [preimage_digest(p) for p in preimages]
         base = commit or commit_of(world, result)
-        commit = attrs.evolve(base, leaves_root=merkle_root_hex(digests))
+        metrics = merkle_root_hex(
+            [metrics_leaf(bytes.fromhex(p.loss_f32), bytes.fromhex(p.norm_f32)) for p in preimages]
+        )
+        commit = attrs.evolve(base, leaves_root=merkle_root_hex(digests), metrics_root=metrics)
     mode = mode or world.mode
     if segments is None:
         segments = derived_segments(world, preimages) if mode == "segments" else ()
