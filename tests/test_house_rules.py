@@ -45,6 +45,11 @@ PURE = (
     "hypertrain/trainer",
     "hypertrain/aggregator/merge.py",
     "hypertrain/aggregator/exact.py",
+    "hypertrain/auditor/errors.py",
+    "hypertrain/auditor/job.py",
+    "hypertrain/auditor/checks.py",
+    "hypertrain/auditor/verdict.py",
+    "hypertrain/auditor/replayer.py",
     "hypertrain/coordinator/flows",
     "hypertrain/coordinator/tables",
 )

@@ -1,0 +1,215 @@
+"""The auditor's HTTP client for the worker routes of the audit wire contract.
+
+One :class:`httpx.AsyncClient` with named timeouts (:class:`ClientSettings`) and an injectable
+transport (tests pass :class:`httpx.MockTransport`). Every worker route carries
+``Authorization: Bearer <worker token>``; the run view (``GET /v1/runs/{id}``) needs none but
+gets it too (same origin).
+
+Retries: a network error (``httpx.TransportError``, timeouts included) or a 5xx answer is
+retried with the backoff of :class:`nurseries.RestartPolicy` (the project's one backoff rule):
+retry ``n`` waits ``policy.backoff(n, jitter())`` and at most ``policy.max_restarts`` retries
+follow the first try; then the call raises :class:`~hypertrain.auditor.errors.Unreachable`
+(chained to the last failure). A 4xx the route's contract does not make part of the answer
+raises :class:`~hypertrain.auditor.errors.ApiError` at once. POSTs are retried too: lease may
+then lease a second job (the first one's lease expires and it is requeued), heartbeat and fail
+are idempotent, a repeated complete is refused with 409 and surfaces as ApiError.
+
+Objects (``GET /v1/objects/{sha}``) are hash-checked: bytes that do not hash to ``sha`` raise
+:class:`~hypertrain.auditor.errors.FetchFailed` and are never returned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable
+from typing import Any, Final
+
+import attrs
+import httpx
+import trio
+from attrs import field, frozen
+
+from hypertrain.auditor.errors import ApiError, BadJob, FetchFailed, Unreachable
+from hypertrain.protocol.converter import structure
+from hypertrain.protocol.errors import SchemaError
+from hypertrain.protocol.validators import hex64, u_int
+from nurseries import RestartPolicy
+
+__all__ = [
+    "DEFAULT_RETRY",
+    "DEFAULT_SETTINGS",
+    "AuditorClient",
+    "ClientSettings",
+    "ServeItem",
+    "ServesAnswer",
+]
+
+DEFAULT_RETRY: Final = RestartPolicy(
+    initial_backoff=1.0, factor=2.0, max_backoff=30.0, jitter=0.1, max_restarts=4, reset_after=None
+)
+"""Five tries in all, waiting about 1, 2, 4 and 8 s between them."""
+
+
+@frozen
+class ClientSettings:
+    """Named HTTP timeouts (seconds) and the retry policy."""
+
+    connect: float = 10.0
+    read: float = 120.0
+    """Also bounds a whole object download between two received chunks."""
+    write: float = 60.0
+    pool: float = 10.0
+    retry: RestartPolicy = DEFAULT_RETRY
+
+    def timeout(self) -> httpx.Timeout:
+        return httpx.Timeout(connect=self.connect, read=self.read, write=self.write, pool=self.pool)
+
+
+DEFAULT_SETTINGS: Final = ClientSettings()
+
+
+@frozen
+class ServeItem:
+    """An item of ``GET /v1/worker/jobs/{id}/serves``."""
+
+    serve: dict[str, Any]
+    blob_sha256: str = field(validator=hex64)
+
+
+@frozen
+class ServesAnswer:
+    """``GET /v1/worker/jobs/{id}/serves``: the beacon round now and the serves stored."""
+
+    now_round: int = field(validator=u_int)
+    serves: tuple[ServeItem, ...]
+
+
+def _known(cls: type, data: object) -> object:
+    if not isinstance(data, dict):
+        return data
+    return {f.name: data[f.name] for f in attrs.fields(cls) if f.name in data}
+
+
+def _read_serves(body: object, where: str) -> ServesAnswer:
+    picked = _known(ServesAnswer, body)
+    if isinstance(picked, dict) and isinstance(picked.get("serves"), list):
+        picked["serves"] = [_known(ServeItem, item) for item in picked["serves"]]
+    try:
+        return structure(ServesAnswer, picked)
+    except SchemaError as e:
+        raise BadJob(f"{where}: {e.detail}") from e
+
+
+class AuditorClient:
+    """Typed calls of the auditor routes; ``api`` is the base URL (no trailing slash)."""
+
+    def __init__(
+        self,
+        api: str,
+        token: str,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        settings: ClientSettings = DEFAULT_SETTINGS,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self.api = api.rstrip("/")
+        self.settings = settings
+        self._jitter = jitter
+        self._http = httpx.AsyncClient(
+            transport=transport,
+            timeout=settings.timeout(),
+            headers={"Authorization": f"Bearer {token}"},
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _send(self, method: str, path: str, json: object) -> httpx.Response:
+        """One request, retried on network errors and 5xx (module docstring)."""
+        policy = self.settings.retry
+        failures = 0
+        while True:
+            try:
+                response = await self._http.request(method, self.api + path, json=json)
+            except httpx.TransportError as e:
+                failure: Exception = e
+            else:
+                if response.status_code < 500:
+                    return response
+                failure = ApiError(method, path, response.status_code, _body(response))
+            failures += 1
+            if policy.max_restarts is not None and failures > policy.max_restarts:
+                raise Unreachable(f"{method} {path}: {failure}") from failure
+            await trio.sleep(policy.backoff(failures, self._jitter()))
+
+    async def _call(
+        self, method: str, path: str, *, json: object = None, ok: tuple[int, ...] = ()
+    ) -> tuple[int, Any]:
+        response = await self._send(method, path, json)
+        body = _body(response)
+        if response.is_success or response.status_code in ok:
+            return response.status_code, body
+        raise ApiError(method, path, response.status_code, body)
+
+    async def manifest_envelope(self, run_id: str) -> Any:
+        """``GET /v1/runs/{id}`` → its ``manifest_envelope`` (None when absent)."""
+        _, body = await self._call("GET", f"/v1/runs/{run_id}")
+        return body.get("manifest_envelope") if isinstance(body, dict) else None
+
+    async def lease(self, run_id: str) -> Any:
+        """``POST /v1/worker/lease`` for ``run_id``: the job JSON, or None when idle (204)."""
+        status, body = await self._call("POST", "/v1/worker/lease", json={"run_id": run_id})
+        return None if status == 204 else body
+
+    async def heartbeat(self, job_id: str, lease: str) -> Any:
+        """``POST /v1/worker/jobs/{id}/heartbeat`` → ``{id, lease_expires_round}``."""
+        _, body = await self._call(
+            "POST", f"/v1/worker/jobs/{job_id}/heartbeat", json={"lease": lease}
+        )
+        return body
+
+    async def serves(self, job_id: str, lease: str) -> ServesAnswer:
+        """``GET /v1/worker/jobs/{id}/serves?lease=L``."""
+        path = f"/v1/worker/jobs/{job_id}/serves?lease={lease}"
+        _, body = await self._call("GET", path)
+        return _read_serves(body, f"GET {path}")
+
+    async def complete(self, job_id: str, lease: str, verdict: dict[str, Any]) -> Any:
+        """``POST /v1/worker/jobs/{id}/complete`` → ``{id, state, result, forfeit?}``."""
+        _, body = await self._call(
+            "POST",
+            f"/v1/worker/jobs/{job_id}/complete",
+            json={"lease": lease, "verdict": verdict},
+        )
+        return body
+
+    async def fail(self, job_id: str, lease: str, reason: str, *, retry: bool) -> Any:
+        """``POST /v1/worker/jobs/{id}/fail`` (``reason`` cut to 500 chars) → ``{id, state}``."""
+        _, body = await self._call(
+            "POST",
+            f"/v1/worker/jobs/{job_id}/fail",
+            json={"lease": lease, "reason": reason[:500], "retry": retry},
+        )
+        return body
+
+    async def get_object(self, sha256: str) -> bytes:
+        """The bytes of object ``sha256``, hash-checked (module docstring)."""
+        path = f"/v1/objects/{sha256}"
+        response = await self._send("GET", path, None)
+        if not response.is_success:
+            raise ApiError("GET", path, response.status_code, _body(response))
+        data = response.content
+        got = hashlib.sha256(data).hexdigest()
+        if got != sha256:
+            raise FetchFailed(f"object {sha256} arrived with sha256 {got}")
+        return data
+
+
+def _body(response: httpx.Response) -> Any:
+    if not response.content:
+        return None
+    try:
+        return response.json()
+    except ValueError:
+        return response.text

@@ -1,0 +1,169 @@
+"""``hypertrain-auditor``: the auditor's command line.
+
+::
+
+    hypertrain-auditor --api URL --run-id ID --token-file F --keyfile F
+                       [--data-dir DIR] [--once] [--json]
+
+Leases the audit jobs of run ``ID`` (``--token-file``: the worker bearer token; ``--keyfile``:
+the seed of a key listed in the manifest's ``auditors``), replays them on CPU and posts signed
+verdicts. ``--once`` audits one job, or exits when there is none; otherwise it runs until
+SIGINT/SIGTERM (a job in hand is then handed back). ``--data-dir`` holds the dataset cache
+(default ``$XDG_STATE_HOME/hypertrain/auditor``, i.e. ``~/.local/state/hypertrain/auditor``).
+Progress: one line per job on stderr; with ``--json`` one JSON object per job on stdout.
+
+Exit status: 0 a normal end (a signal, or with ``--once`` a verdict posted or nothing to do);
+1 with ``--once`` the job failed, or the coordinator unreachable; 2 a usage, key, token,
+manifest or determinism-env error (one line on stderr, no traceback). Torch is imported only
+once the manifest's ``reference_spec.env`` is applied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+from urllib.parse import urlsplit
+
+import httpx
+import trio
+
+from hypertrain.auditor.errors import AuditorFatal, Unreachable
+from hypertrain.auditor.session import Configure, Options, default_configure, run_auditor
+from hypertrain.cli.common import (
+    EXIT_INVALID,
+    EXIT_USAGE,
+    CliError,
+    OneLineParser,
+    exception_leaves,
+    hex64_arg,
+)
+from hypertrain.protocol.errors import KeyfileError
+from hypertrain.protocol.keys import load_keypair
+from hypertrain.protocol.tokens import MAX_TOKEN_FILE_BYTES, token_in
+from nurseries import open_supervisor
+
+__all__ = ["SHUTDOWN_GRACE_SECONDS", "build_parser", "default_data_dir", "main", "read_token_file"]
+
+SHUTDOWN_GRACE_SECONDS: Final = 10.0
+"""After SIGINT/SIGTERM, how long the hand-back of a job in progress may take."""
+_PROG: Final = "hypertrain-auditor"
+
+
+def _fail(message: str, code: int) -> int:
+    sys.stderr.write(f"{_PROG}: {' '.join(str(message).split())}\n")
+    return code
+
+
+def default_data_dir() -> Path:
+    """``$XDG_STATE_HOME/hypertrain/auditor`` (``~/.local/state/...`` when unset)."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "hypertrain" / "auditor"
+
+
+def _api_arg(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an http(s) URL")
+    return value.rstrip("/")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``hypertrain-auditor`` argument parser."""
+    parser = OneLineParser(
+        prog=_PROG, description="The hypertrain auditor: replay audit jobs, sign verdicts."
+    )
+    parser.add_argument("--api", required=True, type=_api_arg, help="the challenge API base URL")
+    parser.add_argument("--run-id", required=True, type=hex64_arg, help="the run (64 hex chars)")
+    parser.add_argument("--token-file", required=True, help="file holding the worker token")
+    parser.add_argument("--keyfile", required=True, help="the auditor's seed file")
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help="dataset cache (default: user state dir)"
+    )
+    parser.add_argument("--once", action="store_true", help="audit one job (or none) and exit")
+    parser.add_argument("--json", action="store_true", help="one JSON line per job on stdout")
+    return parser
+
+
+def read_token_file(path: str) -> str:
+    """The one token in file ``path``; CliError (exit 2) when unreadable or not one token."""
+    try:
+        data = Path(path).read_bytes()[: MAX_TOKEN_FILE_BYTES + 1]
+    except FileNotFoundError as e:
+        raise CliError(f"--token-file {path}: no such file") from e
+    except OSError as e:
+        raise CliError(f"--token-file {path}: cannot read ({e.strerror})") from e
+    token = token_in(data)
+    if token is None:
+        raise CliError(f"--token-file {path}: does not hold one token")
+    return token.decode("utf-8", "surrogateescape")
+
+
+async def _supervised(
+    options: Options, transport: httpx.AsyncBaseTransport | None, configure: Configure
+) -> int:
+    status: list[int] = []
+
+    async def work() -> None:
+        status.append(
+            await run_auditor(
+                options,
+                stop=supervisor.wait_shutdown_requested,
+                transport=transport,
+                configure=configure,
+            )
+        )
+
+    async with open_supervisor(grace=SHUTDOWN_GRACE_SECONDS) as supervisor:
+        supervisor.nursery.start_soon(work, name="auditor")
+    return status[0] if status else 0
+
+
+def _classify(exc: BaseException) -> int:
+    leaves = exception_leaves(exc)
+    for leaf in leaves:
+        if isinstance(leaf, AuditorFatal):
+            return _fail(str(leaf), EXIT_USAGE)
+    for leaf in leaves:
+        if isinstance(leaf, Unreachable | httpx.HTTPError):
+            return _fail(f"the coordinator is unreachable: {leaf}", EXIT_INVALID)
+        if isinstance(leaf, KeyboardInterrupt):
+            return _fail("interrupted", EXIT_INVALID)
+    raise exc
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    configure: Configure = default_configure,
+) -> int:
+    """Console entry point: returns the exit status (tests pass ``transport``/``configure``)."""
+    args = build_parser().parse_args(argv)
+    try:
+        token = read_token_file(args.token_file)
+        keypair = load_keypair(args.keyfile)
+    except CliError as e:
+        return _fail(str(e), e.code)
+    except KeyfileError as e:
+        return _fail(f"--keyfile {args.keyfile}: {e.detail}", EXIT_USAGE)
+    options = Options(
+        api=args.api,
+        run_id=args.run_id,
+        token=token,
+        keypair=keypair,
+        data_dir=args.data_dir or default_data_dir(),
+        once=args.once,
+        json_lines=args.json,
+    )
+    try:
+        return trio.run(_supervised, options, transport, configure)
+    except BaseException as e:  # the process boundary: one line, classified
+        return _classify(e)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
