@@ -13,10 +13,13 @@ Importing this package does not import torch: the modules that do (``training``,
 - :mod:`~hypertrain.miner.round`: the per-round state machine;
 - :mod:`~hypertrain.miner.training`, :mod:`~hypertrain.miner.trainstep`: the TRAIN phase;
 - :mod:`~hypertrain.miner.honeypot`: the honeypot modes (spec 6.5);
+- :mod:`~hypertrain.miner.serves`: the StateServe of a kept leaf state (pure);
+- :mod:`~hypertrain.miner.auditserve`: the task that answers segment audits;
 - :mod:`~hypertrain.miner.session`: :func:`run_miner`, the composition root;
 - :mod:`~hypertrain.miner.main`: the command line.
 """
 
+from hypertrain.miner.auditserve import AuditServer, Served
 from hypertrain.miner.client import ClientTimeouts, CoordinatorClient
 from hypertrain.miner.config import MinerConfig, load_config
 from hypertrain.miner.errors import (
@@ -26,6 +29,7 @@ from hypertrain.miner.errors import (
     MinerError,
     MinerFatal,
     MinerProtocolError,
+    ServeError,
     StartStateError,
     UploadRefused,
 )
@@ -37,6 +41,7 @@ from hypertrain.miner.session import Summary, run_miner
 
 __all__ = [
     "ApiError",
+    "AuditServer",
     "ClientTimeouts",
     "ConfigError",
     "CoordinatorClient",
@@ -52,6 +57,8 @@ __all__ = [
     "RoundRunner",
     "RoundSettings",
     "RoundStatus",
+    "ServeError",
+    "Served",
     "StartStateError",
     "Summary",
     "UploadRefused",

@@ -14,7 +14,10 @@ at every level of nesting, only the keys the class names:
   exactly as received, so :func:`~hypertrain.protocol.envelope.verify` checks every key of them.
 
 The round view's ``assignment[]`` items are :class:`~hypertrain.rounds.assignment.Assignment`,
-the class the miner derives its own with.
+the class the miner derives its own with. Its audit fields (``audit_beacon_round``, ``selected``,
+``jobs``) default to "absent": a coordinator that does not audit leaves them out. Each item of
+``jobs`` stays raw JSON in the view and is read as a :class:`ViewJob` on its own by the audit
+server, so one malformed job is that job's problem, never the round loop's.
 """
 
 from __future__ import annotations
@@ -42,8 +45,11 @@ __all__ = [
     "RunListing",
     "RunRound",
     "RunsList",
+    "ServeStored",
     "UploadGrant",
+    "ViewJob",
     "ViewMiner",
+    "ViewServe",
     "read_answer",
 ]
 
@@ -109,6 +115,42 @@ class RoundView:
     state_sha256: str | None = field(validator=optional(hex64))
     """The published start-state blob of the round (null until published)."""
     miners: tuple[ViewMiner, ...]
+    audit_beacon_round: int | None = field(default=None, validator=optional(u_int))
+    """d_audit; absent (None) when the coordinator does not audit at all."""
+    selected: tuple[str, ...] | None = None
+    """The hotkeys the audit draw selected; None before the draw ran (D < d_audit)."""
+    jobs: tuple[dict[str, Any], ...] = ()
+    """The round's audit jobs, raw (each read as a :class:`ViewJob` by the audit server)."""
+
+
+@frozen
+class ViewServe:
+    """An item of a job's ``serves``: a StateServe the coordinator stored."""
+
+    t: int = field(validator=u_int)
+    blob_sha256: str = field(validator=hex64)
+
+
+@frozen
+class ViewJob:
+    """An item of the round view's ``jobs``: one audit of ``target`` in this round."""
+
+    id: str
+    target: str
+    state: str
+    challenge: dict[str, Any]
+    """The K_coord-sealed AuditChallenge envelope."""
+    challenge_hash: str = field(validator=hex64)
+    serves: tuple[ViewServe, ...] = ()
+
+
+@frozen
+class ServeStored:
+    """``POST /v1/runs/{id}/state`` (200): the coordinator stored the StateServe."""
+
+    challenge_hash: str = field(validator=hex64)
+    t: int = field(validator=u_int)
+    stored: bool
 
 
 @frozen

@@ -9,10 +9,13 @@ event that depends on it::
     preimages.json    the LeafPreimage JSON list              (before "trained")
     final_state.bin   pack_state(theta_end, m, v, step)       (before "trained")
     ef_out.bin        pack_state(ef_out), theta section only  (before "trained")
+    leaf_state_{k}.bin  pack_state(theta, m, v, step) at leaf k (before "trained"),
+                      k = 0 .. H/J; only under state_policy = carry (segment audits)
     commit.json       the sealed Commit envelope              (before "trained")
     receipt.json      the verified Receipt envelope           (before "committed")
 
-Rounds older than ``E_vest_rounds + 2`` are deleted by :func:`prune`.
+Rounds older than ``E_vest_rounds + 2`` are deleted by :func:`prune`, leaf states with the rest
+(finality does not exist yet: the states a segment audit asks for live as long as the round).
 """
 
 from __future__ import annotations
@@ -25,13 +28,18 @@ from typing import Any, Final
 from hypertrain.miner.journal import write_durable
 from hypertrain.trainer.state import TrainState, unpack_state
 
-__all__ = ["ROUNDS_DIR", "RoundDir", "prune"]
+__all__ = ["ROUNDS_DIR", "RoundDir", "leaf_state_file", "prune"]
 
 ROUNDS_DIR: Final = "rounds"
 
 
 def _dump(value: object) -> bytes:
     return json.dumps(value, separators=(",", ":"), sort_keys=True).encode() + b"\n"
+
+
+def leaf_state_file(k: int) -> str:
+    """The artifact name of the state at leaf ``k`` (inner step ``t = k * J``)."""
+    return f"leaf_state_{k}.bin"
 
 
 class RoundDir:

@@ -7,7 +7,8 @@ body, except where a route's contract makes a status part of the answer (404 of 
 409 of a duplicate Commit). The answers the miner reads come back as the classes of
 :mod:`hypertrain.miner.answers`; one missing a field the miner reads, or with a field of the
 wrong type, raises :class:`~hypertrain.miner.errors.MinerProtocolError` naming it. The answers
-of Accept and DeltaManifest are not read (their 2xx is the answer).
+of Accept and DeltaManifest are not read (their 2xx is the answer). Segment audits use the
+upload grant with a ``challenge_hash`` and ``POST /v1/runs/{id}/state`` (spec 3, StateServe).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from hypertrain.miner.answers import (
     RunInfo,
     RunListing,
     RunsList,
+    ServeStored,
     UploadGrant,
     read_answer,
 )
@@ -179,14 +181,15 @@ class CoordinatorClient:
             LeavesAccepted, "POST", f"/v1/runs/{run_id}/leaves", json=dict(payload)
         )
 
-    async def upload_grant(self, run_id: str, w: int, hotkey: str, sha256: str) -> str:
-        """The absolute URL to PUT the payload to."""
-        grant = await self._read(
-            UploadGrant,
-            "POST",
-            f"/v1/runs/{run_id}/uploads",
-            json={"w": w, "hotkey": hotkey, "sha256": sha256},
-        )
+    async def upload_grant(
+        self, run_id: str, w: int, hotkey: str, sha256: str, challenge_hash: str | None = None
+    ) -> str:
+        """The absolute URL to PUT the payload to: the round's delta, or with
+        ``challenge_hash`` a state blob served to that segment audit."""
+        body: dict[str, object] = {"w": w, "hotkey": hotkey, "sha256": sha256}
+        if challenge_hash is not None:
+            body["challenge_hash"] = challenge_hash
+        grant = await self._read(UploadGrant, "POST", f"/v1/runs/{run_id}/uploads", json=body)
         return urljoin(self.api + "/", grant.url)
 
     async def put_payload(self, url: str, data: bytes, *, allow_file: bool) -> None:
@@ -199,6 +202,12 @@ class CoordinatorClient:
 
     async def post_delta(self, run_id: str, envelope: Envelope) -> None:
         await self._request("POST", f"/v1/runs/{run_id}/delta", json=envelope.to_json())
+
+    async def post_state(self, run_id: str, envelope: Envelope) -> ServeStored:
+        """``POST /v1/runs/{id}/state`` with a StateServe envelope (idempotent when identical)."""
+        return await self._read(
+            ServeStored, "POST", f"/v1/runs/{run_id}/state", json=envelope.to_json()
+        )
 
     async def get_object(self, keypair: Keypair, run_id: str, sha256: str, now: int) -> bytes:
         """``GET /v1/objects/{sha256}`` with signed headers valid until ``now + TTL``."""

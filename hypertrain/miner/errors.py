@@ -15,8 +15,13 @@
     ├── UploadRefused           an upload URL the miner will not use    -> MinerProtocolError
     ├── DataFetchError          the run's dataset cannot be fetched, or is not the one
     │                           the manifest names                      -> MinerProtocolError
-    └── round._Abort            (private) ends round ``w`` early with its RoundStatus; the
-                                round runner turns it into the round's outcome
+    ├── ServeError              a kept leaf state that cannot be served (missing, damaged,
+    │                           or not what was committed): that serve is logged and given
+    │                           up, the miner goes on
+    ├── round._Abort            (private) ends round ``w`` early with its RoundStatus; the
+    │                           round runner turns it into the round's outcome
+    └── auditserve._Retry       (private) a serve failed on the network or with a 5xx; the
+                                audit server tries it again at its next poll
 
 ``->`` marks errors the miner re-raises as another (``raise ... from e``, so the cause stays
 attached). Outside the tree the process boundary (:mod:`hypertrain.miner.main`) also maps the
@@ -35,6 +40,7 @@ __all__ = [
     "MinerError",
     "MinerFatal",
     "MinerProtocolError",
+    "ServeError",
     "StartStateError",
     "UploadRefused",
 ]
@@ -76,3 +82,7 @@ class UploadRefused(MinerError):
 
 class DataFetchError(MinerError):
     """The dataset cannot be fetched, or what was served is not what the run committed to."""
+
+
+class ServeError(MinerError):
+    """A kept leaf state the miner cannot serve to a segment audit (module docstring)."""

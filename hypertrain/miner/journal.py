@@ -5,6 +5,9 @@ appended with ``write`` + ``fsync``. Phases (in round order)::
 
     accepted -> trained -> committed -> leaves -> uploaded -> manifest_posted
     skipped | aborted       (terminal alternatives)
+    served                  one per StateServe the coordinator stored for a segment audit
+                            of the round: {"challenge_hash", "t", "blob_sha256"} (any time
+                            after "leaves"; see :mod:`hypertrain.miner.auditserve`)
 
 A line cut short by a crash (no trailing newline, or not JSON) can only be the last one: it is
 ignored and truncated away when the journal is loaded, so the next append starts a clean line.
@@ -34,6 +37,7 @@ PHASES: Final = (
     "manifest_posted",
     "skipped",
     "aborted",
+    "served",
 )
 TERMINAL_PHASES: Final = frozenset({"manifest_posted", "skipped", "aborted"})
 
@@ -121,6 +125,14 @@ class Journal:
     def phases(self, w: int) -> Mapping[str, dict[str, Any]]:
         """The last event of each phase recorded for round ``w``."""
         return {e["phase"]: e for e in self._events if e["w"] == w}
+
+    def served(self, w: int) -> frozenset[tuple[str, int]]:
+        """``(challenge_hash, t)`` of every StateServe of round ``w`` recorded as stored."""
+        return frozenset(
+            (str(e["challenge_hash"]), int(e["t"]))
+            for e in self._events
+            if e["w"] == w and e["phase"] == "served"
+        )
 
     def rounds(self) -> list[int]:
         """The rounds with at least one event, ascending."""

@@ -20,8 +20,9 @@ status of each error are :mod:`hypertrain.miner.errors`'. Torch is imported only
 Test only: with ``HYPERTRAIN_TEST_MINER_PAUSE_AT=POINT`` in the environment, ``run`` writes
 ``hypertrain-miner: round W: test-pause at POINT`` on stderr when it reaches the hook point
 ``POINT`` (a journal phase such as ``accepted`` or ``committed``, ``commit_posted``,
-``put_done``, or ``step`` after an inner step) and then blocks there for
-:data:`TEST_PAUSE_SECONDS`, so a test can ``kill -9`` it at exactly that point (tests/e2e).
+``put_done``, ``serve_posted`` after a StateServe was stored, or ``step`` after an inner
+step) and then blocks there for :data:`TEST_PAUSE_SECONDS`, so a test can ``kill -9`` it at
+exactly that point (tests/e2e).
 (Not ``HYPERTRAIN_MINER_*``: that prefix is the miner.toml overrides'.)
 """
 

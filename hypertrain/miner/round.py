@@ -69,6 +69,7 @@ __all__ = [
     "RoundRunner",
     "RoundSettings",
     "RoundStatus",
+    "retry_call",
 ]
 
 T = TypeVar("T")
@@ -111,6 +112,9 @@ class RoundSettings:
     """How long to wait for round ``w`` to be opened at all (the view answering 404)."""
     stall_grace_seconds: float = 120.0
     """Extra time beyond ``(d_commit - D) * period`` before a stalled beacon gives up."""
+    serve_grace_seconds: float = 120.0
+    """Extra time beyond a round's ``(serve_deadline - D) * period`` before the audit server
+    stops waiting for that round's audit to settle (a stalled beacon, an unreachable API)."""
     post_attempts: int = 3
     """Tries of a POST/PUT on network errors or 5xx answers."""
 
@@ -145,14 +149,16 @@ class RoundRunner:
     prepare: Prepare | None = None
     """Called with the assigned sample ids and D before training (fetches remote shards)."""
 
-    def _hook(self, point: str, w: int) -> None:
+    def reached(self, point: str, w: int) -> None:
+        """Call the test hook at ``point`` of round ``w`` (when one is set)."""
         if self.hook is not None:
             self.hook(point, w)
 
-    def _record(self, w: int, phase: str, **extra: Any) -> None:
+    def record(self, w: int, phase: str, **extra: Any) -> None:
+        """Journal ``phase`` of round ``w`` (fsynced), write its progress line, call the hook."""
         self.journal.append(w, phase, **extra)
         self.progress.phase(w, phase, **extra)
-        self._hook(phase, w)
+        self.reached(phase, w)
 
     async def mine_round(self, w: int) -> RoundOutcome:
         """Take round ``w`` to its end for this miner (module docstring)."""
@@ -171,7 +177,7 @@ class RoundRunner:
             if abort.status is RoundStatus.FAILED:
                 self.progress.phase(w, "failed", reason=repr(abort.detail))
             elif abort.status is not RoundStatus.SKIPPED:  # skipped is journaled already
-                self._record(w, "aborted", reason=abort.detail, status=abort.status.value)
+                self.record(w, "aborted", reason=abort.detail, status=abort.status.value)
             return RoundOutcome(w, abort.status, abort.detail)
 
     async def _run(self, w: int, rd: RoundDir) -> RoundOutcome:
@@ -287,7 +293,7 @@ class RoundRunner:
     async def _accept_and_train(self, w: int, rd: RoundDir, *, accepted: bool) -> None:
         view, ro = await self._wait_assigned(w, accepted)
         if self.keypair.ss58 not in {entry.hotkey for entry in ro.roster}:
-            self._record(w, "skipped", reason="not in the RoundOpen roster")
+            self.record(w, "skipped", reason="not in the RoundOpen roster")
             raise _Abort(RoundStatus.SKIPPED, "not in the RoundOpen roster")
         mine = self._my_assignment(w, view, ro)
         self.progress.phase(w, "assigned", slot=mine.slot, samples=len(mine.samples))
@@ -302,7 +308,7 @@ class RoundRunner:
         from hypertrain.miner.trainstep import train_and_save  # imports torch: after configure
 
         await train_and_save(self, w, rd, ro, mine, theta_start)
-        self._record(w, "trained")
+        self.record(w, "trained")
 
     async def _accept(self, w: int, mine: Assignment, ro: RoundOpen) -> None:
         image = self.config.image_digest or self.manifest.reference_spec.image_digest
@@ -319,7 +325,7 @@ class RoundRunner:
                 raise MinerProtocolError(f"round {w}: Accept refused: {e}") from e
             else:
                 raise
-        self._record(w, "accepted")
+        self.record(w, "accepted")
 
     async def _already_past_assigned(self, w: int) -> bool:
         view = await self.client.round_view(self.run_id, w)
@@ -331,34 +337,26 @@ class RoundRunner:
     # -- commit and after ------------------------------------------------------------------
 
     async def _retry(self, call: Callable[[], Awaitable[T]]) -> T:
-        for attempt in range(self.settings.post_attempts):
-            try:
-                return await call()
-            except (httpx.TransportError, httpx.TimeoutException):
-                if attempt + 1 == self.settings.post_attempts:
-                    raise
-            except ApiError as e:
-                if e.status < 500 or attempt + 1 == self.settings.post_attempts:
-                    raise
-            await trio.sleep(self.config.poll_seconds)
-        raise AssertionError("unreachable")
+        return await retry_call(
+            call, attempts=self.settings.post_attempts, pause=self.config.poll_seconds
+        )
 
     async def _commit(self, w: int, rd: RoundDir, ro: RoundOpen, envelope: Envelope) -> None:
-        self._hook("before_commit", w)
+        self.reached("before_commit", w)
         try:
             answer = await self._retry(lambda: self.client.commit(self.run_id, envelope))
         except ApiError as e:
             if e.status == 409:
                 raise _Abort(RoundStatus.ABORTED, f"Commit refused: {e.detail}") from e
             raise
-        self._hook("commit_posted", w)
+        self.reached("commit_posted", w)
         receipt = self._verify_receipt(w, answer.receipt, envelope.body)
         if isinstance(answer, AlreadyCommitted):
             status = "EXCLUDED" if receipt.received_round >= ro.d_audit else "COMMITTED"
         else:
             status = answer.status
         rd.write_json("receipt.json", answer.receipt)
-        self._record(w, "committed", status=status, received_round=receipt.received_round)
+        self.record(w, "committed", status=status, received_round=receipt.received_round)
 
     def _verify_receipt(
         self, w: int, raw: Mapping[str, Any], commit_body: Mapping[str, Any]
@@ -377,7 +375,7 @@ class RoundRunner:
         answer = await self._guarded(w, "leaves", self.client.post_leaves, self.run_id, payload)
         if answer.leaves_root != commit.leaves_root:
             raise MinerProtocolError(f"round {w}: the server's leaves_root is not ours")
-        self._record(w, "leaves")
+        self.record(w, "leaves")
 
     async def _upload(self, w: int, commit: Commit, payload: bytes) -> None:
         url = await self._guarded(
@@ -391,8 +389,8 @@ class RoundRunner:
             )  # fmt: skip
         except UploadRefused as e:
             raise MinerProtocolError(f"round {w}: {e}") from e
-        self._hook("put_done", w)
-        self._record(w, "uploaded", size=len(payload))
+        self.reached("put_done", w)
+        self.record(w, "uploaded", size=len(payload))
 
     async def _post_manifest(self, w: int, commit: Commit, payload: bytes, ro: RoundOpen) -> None:
         step = self.config.chunk_bytes
@@ -406,7 +404,7 @@ class RoundRunner:
         )  # fmt: skip
         envelope = seal(self.keypair, "DeltaManifest", self.run_id, body, ro.d_final)
         await self._guarded(w, "DeltaManifest", self.client.post_delta, self.run_id, envelope)
-        self._record(w, "manifest_posted")
+        self.record(w, "manifest_posted")
 
     async def _guarded(
         self, w: int, what: str, fn: Callable[P, Awaitable[T]], *a: P.args, **k: P.kwargs
@@ -422,6 +420,25 @@ class RoundRunner:
             raise _Abort(RoundStatus.FAILED, f"{what}: {e}") from e
         except (httpx.TransportError, httpx.TimeoutException) as e:
             raise _Abort(RoundStatus.FAILED, f"{what}: {type(e).__name__}: {e}") from e
+
+
+async def retry_call(call: Callable[[], Awaitable[T]], *, attempts: int, pause: float) -> T:
+    """``call()``, tried up to ``attempts`` times ``pause`` seconds apart while it fails with a
+    network error or a 5xx answer; the last failure, or any other error, is raised.
+
+    The miner's one retry primitive: the round's posts and the audit serves use it.
+    """
+    for attempt in range(attempts):
+        try:
+            return await call()
+        except (httpx.TransportError, httpx.TimeoutException):
+            if attempt + 1 == attempts:
+                raise
+        except ApiError as e:
+            if e.status < 500 or attempt + 1 == attempts:
+                raise
+        await trio.sleep(pause)
+    raise ValueError(f"attempts must be >= 1, got {attempts}")
 
 
 def _sha(data: bytes) -> str:

@@ -12,7 +12,11 @@
    :class:`~hypertrain.miner.datacache.RemoteDataset` fetches, before each round's training,
    the shards it needs from the run's registered dataset (checked against the same section);
 4. mines rounds ``start .. start + rounds - 1`` with a :class:`RoundRunner`, pruning
-   artifacts older than ``E_vest_rounds + 2`` rounds.
+   artifacts older than ``E_vest_rounds + 2`` rounds, while an
+   :class:`~hypertrain.miner.auditserve.AuditServer` beside it (same nursery) serves the
+   segment audits of this miner's rounds;
+5. after the last round keeps serving until the audit of every round it posted leaves for is
+   settled (the server's bounds: the serve deadline's wall time plus ``serve_grace_seconds``).
 
 Default ``start``: the oldest round the journal left unfinished, else the run's newest round,
 else 0. Fatal problems raise :class:`~hypertrain.miner.errors.MinerFatal` or one of its
@@ -27,11 +31,13 @@ from typing import Any
 
 import attrs
 import httpx
+import trio
 
 from hypertrain.datasets.errors import DatasetError
 from hypertrain.datasets.manifest import MANIFEST_FILE, DatasetManifest, load_record
 from hypertrain.datasets.reader import Dataset
 from hypertrain.miner.artifacts import prune
+from hypertrain.miner.auditserve import AuditServer, Served
 from hypertrain.miner.client import CoordinatorClient
 from hypertrain.miner.config import MinerConfig
 from hypertrain.miner.datacache import RemoteDataset
@@ -70,6 +76,8 @@ class Summary:
     run_id: str
     hotkey: str
     rounds: tuple[RoundOutcome, ...]
+    served: tuple[Served, ...] = ()
+    """The StateServes this run posted and the coordinator stored (segment audits)."""
 
     @property
     def exit_code(self) -> int:
@@ -80,6 +88,7 @@ class Summary:
             "run_id": self.run_id,
             "hotkey": self.hotkey,
             "rounds": [unstructure(r) for r in self.rounds],
+            "served": [unstructure(s) for s in self.served],
             "ok": self.exit_code == 0,
         }
 
@@ -136,6 +145,32 @@ def _default_configure(env: ReferenceEnv) -> None:
     configure(env)
 
 
+async def _mine_and_serve(
+    runner: RoundRunner, server: AuditServer, rounds: range
+) -> tuple[RoundOutcome, ...]:
+    """Mine ``rounds`` with ``server`` running beside, then wait for its audits to settle.
+
+    An error of the round loop is taken out of the nursery before it closes and raised as
+    itself (the server is cancelled); an error of the server propagates as the nursery's group.
+    """
+    outcomes: list[RoundOutcome] = []
+    failure: Exception | None = None
+    keep = runner.manifest.verify.E_vest_rounds + 2
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.run)
+        try:
+            for w in rounds:
+                outcomes.append(await runner.mine_round(w))
+                prune(runner.config.workdir, w, keep)
+            await server.wait_settled()
+        except Exception as e:  # re-raised below, once the server is cancelled
+            failure = e
+        nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return tuple(outcomes)
+
+
 async def run_miner(
     config: MinerConfig,
     keypair: Keypair,
@@ -186,12 +221,9 @@ async def run_miner(
             hook=hook,
             settings=settings,
         )
-        outcomes = []
-        keep = manifest.verify.E_vest_rounds + 2
-        for w in range(start, start + rounds):
-            outcomes.append(await runner.mine_round(w))
-            prune(config.workdir, w, keep)
-        return Summary(run_id, keypair.ss58, tuple(outcomes))
+        server = AuditServer(runner)
+        outcomes = await _mine_and_serve(runner, server, range(start, start + rounds))
+        return Summary(run_id, keypair.ss58, outcomes, server.served)
     except ApiError as e:
         if e.status >= 500:
             raise

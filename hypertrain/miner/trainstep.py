@@ -7,6 +7,9 @@ it lazily, after :func:`hypertrain.trainer.determinism.configure` ran.
   ``final_state.bin`` when this miner has it, else a reset state;
 - ``ef_in``: the previous round's ``ef_out.bin`` when present, else zeros; ``ef_beta`` is the
   manifest's ``outer.ef_beta``;
+- under ``carry`` the state at every leaf (``leaf_state_{k}.bin``, what segment audits ask the
+  miner to serve); under ``reset``/``derived`` the audit replays the whole round (full mode),
+  so none is kept;
 - the Commit (spec 5.5) is sealed here with ``exp_drand = d_final`` and stored whole in
   ``commit.json``, so a restart re-posts the very same bytes.
 """
@@ -17,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hypertrain.miner.artifacts import RoundDir
+from hypertrain.miner.artifacts import RoundDir, leaf_state_file
 from hypertrain.miner.training import train_round_async
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.envelope import seal
@@ -87,6 +90,7 @@ async def train_and_save(
         carried_state(runner, w),
         mode=runner.mode,
         on_step=on_step,
+        keep_leaf_states=inner.state_policy == "carry",
     )
     ef_in = previous_ef_out(runner, w)
     beta = float(f32_from_hex(manifest.outer.ef_beta))
@@ -114,6 +118,10 @@ async def train_and_save(
     rd.write_json("preimages.json", [unstructure(leaf.preimage) for leaf in result.leaves])
     rd.write_bytes("final_state.bin", pack_state(result.theta_end, opt.m, opt.v, opt.step))
     rd.write_bytes("ef_out.bin", pack_state(packed.ef_out))
+    for k, state in enumerate(result.leaf_states):
+        rd.write_bytes(
+            leaf_state_file(k), pack_state(state.theta, state.opt.m, state.opt.v, state.opt.step)
+        )
     rd.write_json("commit.json", envelope.to_json())
     runner.progress.phase(
         w, "trained-summary", loss=f"{result.losses[-1]:.4f}", delta_bytes=packed.delta_bytes

@@ -149,5 +149,6 @@ async def test_a_broken_round_view_ends_the_miner_with_exit_2_naming_the_field(
         "run_id": fake.run_id,
         "hotkey": miner_key.ss58,
         "rounds": [{"w": 0, "status": "UPLOADED", "detail": ""}],
+        "served": [],
         "ok": True,
     }

@@ -11,8 +11,10 @@ from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.training import train_round_async
 from hypertrain.protocol.manifest import RunManifest
 from hypertrain.protocol.tensorhash import th_hex
-from hypertrain.trainer.loop import RoundResult, train_round
+from hypertrain.trainer.leaves import stage_states
+from hypertrain.trainer.loop import RoundResult, StateAt, train_round
 from hypertrain.trainer.params import init_params
+from hypertrain.trainer.state import pack_state
 from tests.trainer.helpers import RUN_ID, in_process_env, synthetic_round, tiny_manifest
 
 
@@ -21,14 +23,20 @@ def manifest(configured: None) -> RunManifest:
     return tiny_manifest(env=in_process_env())
 
 
-async def _train(manifest: RunManifest, mode: HoneypotMode) -> tuple[RoundResult, list[Any]]:
+async def _train(
+    manifest: RunManifest, mode: HoneypotMode, *, keep: bool = False
+) -> tuple[RoundResult, list[Any]]:
     ids, rows = synthetic_round(manifest, seed=5)
     steps: list[Any] = []
     result = await train_round_async(
         manifest, RUN_ID, 0, init_params(manifest.model), ids, rows, mode=mode,
-        on_step=lambda t, h, loss: steps.append((t, h, loss)),
+        on_step=lambda t, h, loss: steps.append((t, h, loss)), keep_leaf_states=keep,
     )  # fmt: skip
     return result, steps
+
+
+def _packed(state: StateAt) -> bytes:
+    return pack_state(state.theta, state.opt.m, state.opt.v, state.opt.step)
 
 
 async def test_honest_equals_train_round(manifest: RunManifest) -> None:
@@ -59,3 +67,36 @@ async def test_honeypot_modes_deviate_where_expected(
             if a.digest == b.digest]  # fmt: skip
     assert same == same_leaves
     assert th_hex(cheat.theta_end) != th_hex(honest.theta_end)
+
+
+async def test_honest_leaf_states_equal_train_rounds_bit_for_bit(manifest: RunManifest) -> None:
+    ids, rows = synthetic_round(manifest, seed=5)
+    theta = init_params(manifest.model)
+    want = train_round(manifest, RUN_ID, 0, theta, ids, rows, keep_leaf_states=True)
+    got, _ = await _train(manifest, HoneypotMode.HONEST, keep=True)
+    assert len(got.leaf_states) == manifest.inner.H // manifest.inner.J + 1
+    assert [_packed(s) for s in got.leaf_states] == [_packed(s) for s in want.leaf_states]
+    assert [s.t for s in got.leaf_states] == [leaf.t for leaf in got.leaves]
+    unkept, _ = await _train(manifest, HoneypotMode.HONEST)
+    assert unkept.leaf_states == ()
+
+
+@pytest.mark.parametrize(
+    "mode", [HoneypotMode.FABRICATE, HoneypotMode.NOISE, HoneypotMode.LAST_STEP]
+)
+async def test_a_honeypot_keeps_the_states_its_leaves_were_built_from(
+    manifest: RunManifest, mode: HoneypotMode
+) -> None:
+    honest, _ = await _train(manifest, HoneypotMode.HONEST, keep=True)
+    cheat, _ = await _train(manifest, mode, keep=True)
+    model, pp = manifest.model, manifest.reference_spec.layout.pp
+    for state, leaf in zip(cheat.leaf_states, cheat.leaves, strict=True):
+        stages = stage_states(state.theta, state.opt.m, state.opt.v, model.n_layers, pp)
+        assert stages == leaf.preimage.stages
+    same = [i for i, (a, b) in enumerate(zip(honest.leaf_states, cheat.leaf_states, strict=True))
+            if _packed(a) == _packed(b)]  # fmt: skip
+    assert same == [i for i, (a, b) in enumerate(zip(honest.leaves, cheat.leaves, strict=True))
+                    if a.digest == b.digest]  # fmt: skip
+    assert _packed(cheat.leaf_states[-1]) == pack_state(
+        cheat.theta_end, cheat.opt_state_out.m, cheat.opt_state_out.v, cheat.opt_state_out.step
+    )
