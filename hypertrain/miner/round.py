@@ -37,6 +37,7 @@ from hypertrain.miner.errors import (
     DataFetchError,
     MinerError,
     MinerProtocolError,
+    StartStateError,
     UploadRefused,
 )
 from hypertrain.miner.honeypot import HoneypotMode
@@ -302,7 +303,14 @@ class RoundRunner:
                 await self.prepare(mine.samples, view.now_round)
             except DataFetchError as e:
                 raise MinerProtocolError(f"round {w}: dataset: {e}") from e
-        theta_start = await self.state_source.load(w, view, ro)
+        try:
+            theta_start = await self.state_source.load(w, view, ro)
+        except StartStateError as e:
+            refused = e.__cause__
+            if isinstance(refused, ApiError) and refused.status == 403:
+                # rostered when the round opened, removed or blacklisted since
+                raise _Abort(RoundStatus.ABORTED, f"start state refused: {refused.detail}") from e
+            raise
         if not accepted:
             await self._accept(w, mine, ro)
         from hypertrain.miner.trainstep import train_and_save  # imports torch: after configure
@@ -319,9 +327,9 @@ class RoundRunner:
         except ApiError as e:
             if e.status == 409 and await self._already_past_assigned(w):
                 pass  # accepted before a crash: the server's status moved on
-            elif e.status == 409:
+            elif e.status in (403, 409):  # 403: removed or blacklisted since the round opened
                 raise _Abort(RoundStatus.ABORTED, f"Accept refused: {e.detail}") from e
-            elif e.status in (403, 422):
+            elif e.status == 422:
                 raise MinerProtocolError(f"round {w}: Accept refused: {e}") from e
             else:
                 raise

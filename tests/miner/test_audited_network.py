@@ -41,7 +41,7 @@ ROUNDS = 3
 RUN_TIMEOUT = 6000.0  # virtual seconds
 AUDITOR = Keypair.from_seed(b"\x0a" * 32)
 HONEYPOTS = {
-    mode: Keypair.from_seed(bytes([0x51 + i]) * 32)
+    mode: Keypair.from_seed(bytes([0x71 + i]) * 32)
     for i, mode in enumerate(
         (HoneypotMode.FABRICATE, HoneypotMode.LAST_STEP, HoneypotMode.NOISE, HoneypotMode.HONEST)
     )
