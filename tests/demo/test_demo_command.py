@@ -1,10 +1,12 @@
 """The README's first command, run as a user runs it: ``bin/hypertrain-daemon --demo``.
 
-Real processes on real sockets: the launcher, the daemon, two miners and two ``hypertrain-node``
-processes. Checked: the first line is the daemon's URL, the table and summary are printed,
-every scoring step of both rounds was settled by the two nodes' agreement (issue 8's
-real-socket test), the exit status is 0 because both rounds were applied and the held-out loss
-fell, the kept files are where it said, and no child outlives the demo.
+Real processes on real sockets: the launcher, the daemon, two miners, the default ``fabricate``
+honeypot miner, the default auditor and two ``hypertrain-node`` processes. Checked: the first
+line is the daemon's URL, the table and summary are printed, every scoring step of both rounds
+was settled by the two nodes' agreement (issue 8's real-socket test), every miner was audited
+and only the honeypot caught (issue 13's real-process test), the exit status is 0 because both
+rounds were applied, the held-out loss fell and the audits were right, the kept files are where
+it said, and no child outlives the demo.
 """
 
 from __future__ import annotations
@@ -62,37 +64,64 @@ def _alive_under(path: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_demo_applies_two_rounds_and_the_held_out_loss_falls(tmp_path: Path) -> None:
+def test_the_demo_applies_two_rounds_catches_its_honeypot_and_the_loss_falls(
+    tmp_path: Path,
+) -> None:
     keep = tmp_path / "demo"
     done = _demo("--rounds", "2", "--miners", "2", "--keep", str(keep), cwd=tmp_path)
     out = done.stdout.splitlines()
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.fullmatch(r"daemon: http://127\.0\.0\.1:\d+", out[0]), out[:3]
     header = "round  state          uploaded  update norm  clipped  held-out loss"
-    assert f"{header}  scored agree/3rd/fb" in out
-    merged = [
-        line
-        for line in out
-        if re.fullmatch(r"\s+[01]  \w+\s+2/2\s+\d+\.\d{4}\s+\d\s+\d+\.\d{4}\s+4/0/0 of 4", line)
-    ]
-    assert {int(line.split()[0]) for line in merged} == {0, 1}, out
+    assert f"{header}  scored agree/3rd/fb  audits sel/rep/caught" in out
+    row = re.compile(
+        r"\s+([01])  \w+\s+(\d)/3\s+\d+\.\d{4}\s+\d\s+\d+\.\d{4}\s+(\d+)/0/0 of (\d+)"
+        r"\s+(\d)/(\d)/(\d)"
+    )
+    last = {int(m[1]): m for line in out if (m := row.fullmatch(line))}
+    assert set(last) == {0, 1}, out
+    for w, m in last.items():
+        uploaded, agreed, steps = int(m[2]), int(m[3]), int(m[4])
+        selected, replayed = int(m[5]), int(m[6])
+        assert agreed == steps == 2 * uploaded, (w, m[0])
+        assert selected == replayed >= uploaded, (w, m[0])  # everyone on probation
+    assert int(last[0][2]) == 3  # two miners and the honeypot uploaded round 0
+    assert int(last[0][7]) == 1  # the fabricate honeypot, caught in round 0
     summary = [line for line in out if line.startswith("summary: ")]
     assert summary[0].startswith("summary: 2/2 rounds applied in "), summary
-    assert summary[0].endswith("; 4/4 deltas uploaded, " + summary[0].split()[-2] + " preclipped")
     # Two hypertrain-node processes scored every delta (public and hidden trace) and agreed.
-    assert summary[1] == (
-        "summary: 8 scoring steps; settled by agreement 8, by a third copy 0, by the fallback 0"
+    steps = re.fullmatch(
+        r"summary: (\d+) scoring steps; settled by agreement (\d+), by a third copy 0,"
+        r" by the fallback 0",
+        summary[1],
     )
+    assert steps is not None, summary
+    assert steps[1] == steps[2], summary
     loss = re.fullmatch(
         r"summary: held-out loss (\d+\.\d+) at theta\(0\) -> (\d+\.\d+) at theta\(2\) .*",
         summary[2],
     )
     assert loss is not None, summary
     assert float(loss[2]) < float(loss[1]), summary
-    assert out[-1] == "demo: ok: 2 rounds applied and the held-out loss fell"
+    audits = re.fullmatch(
+        r"summary: audits: (\d+) replayed, (\d+) caught; honeypots: (\d+) of (\d+) bad caught,"
+        r" 0 of 0 honest flagged",
+        summary[3],
+    )
+    assert audits is not None, summary
+    assert audits[2] == audits[3] == audits[4] != "0", summary  # only the honeypot is caught
+    assert out[-1] == (
+        "demo: ok: 2 rounds applied, the held-out loss fell, every bad honeypot audited was"
+        " caught and no honest miner was flagged"
+    )
     # The files were kept where it said, and nothing it started is still running.
     assert (keep / "state" / "challenge.db").is_file()
-    assert sorted(p.name for p in (keep / "miners").iterdir()) == ["miner-0", "miner-1"]
+    assert sorted(p.name for p in (keep / "miners").iterdir()) == [
+        "honeypot-0-fabricate",
+        "miner-0",
+        "miner-1",
+    ]
+    assert sorted(p.name for p in (keep / "auditors").iterdir()) == ["auditor-0"]
     assert sorted(p.name for p in (keep / "nodes").iterdir()) == ["node-0", "node-1"]
     assert oct((keep / "nodes" / "node-0" / "node.json").stat().st_mode & 0o777) == "0o600"
     assert _alive_under(keep) == []
