@@ -47,6 +47,7 @@ HONEYPOTS = {
     )
 }
 BAD = {key.ss58 for mode, key in HONEYPOTS.items() if mode is not HoneypotMode.HONEST}
+UPLOAD_AFTER_COMMIT = 4
 CLUSTER = "rack-7"
 """The fabricate honeypot and the first honest miner share it."""
 
@@ -65,8 +66,15 @@ async def _launch(
     beacon = Beacon(
         chain_hash=info.hash, period=info.period_ms // 1000, genesis_time=info.genesis_ms // 1000
     )
+    # Uploads close 4 rounds after d_commit, long before d_audit (40 after): round w + 1 is
+    # merged before round w's audits, so only the w + 2 rule keeps round w + 2 from opening.
+    timeouts = attrs.evolve(manifest.verify.T, upload_after_commit=UPLOAD_AFTER_COMMIT)
     manifest = attrs.evolve(
-        manifest, coord_pubkey=COORD.ss58, beacon=beacon, auditors=(AUDITOR.ss58,)
+        manifest,
+        coord_pubkey=COORD.ss58,
+        beacon=beacon,
+        auditors=(AUDITOR.ss58,),
+        verify=attrs.evolve(manifest.verify, T=timeouts),
     )
     envelope = seal(OWNER, "RunManifest", manifest.run_id(), manifest, NEVER).to_json()
     created = await client.post("/v1/admin/runs", json=envelope, headers=admin_headers())
@@ -196,6 +204,11 @@ async def test_an_audited_network_catches_every_bad_honeypot_and_flags_no_honest
         n_last,
         None,
     }
+    # The w + 2 rule: round w + 2 opened only once every audit of round w had its verdict.
+    for w in range(ROUNDS - 2):
+        verdict_rounds = [job["verdict_round"] for job in views[w]["jobs"]]
+        opened = views[w + 2]["round_open"]["body"]["d_open"]
+        assert opened >= max(verdict_rounds) > views[w + 1]["round_open"]["body"]["d_upload"]
     # Caught honeypots are blacklisted and off the rosters opened after their verdict.
     roster = {m["hotkey"]: m for m in run["roster"]}
     assert {h for h, m in roster.items() if m["blacklisted"]} == BAD

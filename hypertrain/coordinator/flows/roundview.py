@@ -223,6 +223,7 @@ def _audit_json(facts: RoundFacts, job: JobRow) -> dict[str, Any]:
         ],
         "attempts": job.attempts,
         "auditor": job.auditor,
+        "verdict_round": job.verdict_round,
     }
 
 
@@ -243,9 +244,9 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
 
     Audits (spec 9): ``selected`` is null before the draw, then the selected hotkeys; ``jobs``
     are the audit jobs ``{id, target, state, result, challenge, challenge_hash, serves: [{t,
-    blob_sha256}], attempts, auditor}`` (``state`` ``waiting`` while a queued job cannot be
-    leased yet); each miner's ``selected`` and ``verdict`` (the ReplayVerdict envelope); and
-    ``forfeits``, the sealed Forfeit envelopes.
+    blob_sha256}], attempts, auditor, verdict_round}`` (``state`` ``waiting`` while a queued job
+    cannot be leased yet); each miner's ``selected`` and ``verdict`` (the ReplayVerdict
+    envelope); and ``forfeits``, the sealed Forfeit envelopes.
     """
     verdicts = {job.target: job.verdict_json() for job in facts.audits}
     chosen = set(facts.selected or ())
