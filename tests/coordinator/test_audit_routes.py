@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import httpx
 import trio.testing
 
+from hypertrain.coordinator.flows.roundopen import RoundPlan, plan_round
 from hypertrain.coordinator.services.reaper import LeaseReaper
+from hypertrain.coordinator.tables.runs import active_roster, get_run
 from hypertrain.protocol.envelope import verify
 from hypertrain.protocol.hashes import honeypot_commit
+from hypertrain.rounds.audit import Q_ONE
 from hypertrain.rounds.segments import select_segments
 from tests.coordinator.audit_support import (
     AUDITOR,
@@ -24,7 +28,7 @@ from tests.coordinator.audit_support import (
 )
 from tests.coordinator.harness import WORKER_TOKEN
 from tests.coordinator.lifecycle_support import COORD, admin, drain, open_runs, push
-from tests.coordinator.miner_support import KEYS
+from tests.coordinator.miner_support import KEYS, open_flow
 
 WORKER = {"Authorization": f"Bearer {WORKER_TOKEN}"}
 
@@ -267,3 +271,49 @@ async def test_auditor_stats_count_revealed_honeypots_per_epoch(
             "honeypot_false_positive_rate": 0.0,
         }
         assert AUDITOR.ss58 in BODY.auditors
+
+
+async def test_the_copy_screens_raise_q_puts_a_miner_at_q_one_in_the_round_it_opens(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_runs(tmp_path) as h:
+        flow = await open_flow(h, BODY)
+        for key in KEYS[:2]:  # bonded: past probation, audited at q_base
+            path = f"/v1/admin/runs/{flow.run_id}/roster/{key.ss58}"
+            assert (await admin(h, "PUT", path, {"bond": True})).status_code == 200
+
+        def plan(conn: sqlite3.Connection, raised: frozenset[str]) -> RoundPlan:
+            run = get_run(conn, flow.run_id)
+            return plan_round(conn, run, active_roster(conn, flow.run_id), 1, 100, raised)
+
+        plain = await h.ctx.db.read(plan, frozenset())
+        raised = await h.ctx.db.read(plan, frozenset({KEYS[0].ss58}))
+    assert {e.q_i for e in plain.roster} == {BODY.verify.q_base}
+    rates = {e.hotkey: e.q_i for e in raised.roster}
+    assert rates == {KEYS[0].ss58: Q_ONE, KEYS[1].ss58: BODY.verify.q_base}
+    assert raised.reasons[KEYS[0].ss58] == ("outlier",)
+    assert raised.reasons[KEYS[1].ss58] == ("random",)
+
+
+async def test_a_target_that_serves_nothing_is_leasable_after_its_deadline_and_withheld(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_runs(tmp_path) as h:
+        a = await uploaded_round(h)
+        assert (await lease(a)).status_code == 204  # nothing served yet: not replayable
+        job = await a.job_of(KEYS[1])
+        await push(h, job["challenge"]["body"]["serve_deadline"] + 1)
+        leased = await lease(a)
+        assert leased.status_code == 200, leased.text
+        first = leased.json()
+        assert first["state_serves"] == []
+        r = await worker(
+            a,
+            first["id"],
+            "complete",
+            {"lease": first["lease"], "verdict": a.verdict(first, "WITHHELD")},
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["forfeit"]["body"]["cause"] == "WITHHELD"
+        miners = {m["hotkey"]: m["status"] for m in (await a.view())["miners"]}
+        assert miners[first["target"]] == "WITHHELD"
