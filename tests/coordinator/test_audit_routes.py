@@ -317,3 +317,31 @@ async def test_a_target_that_serves_nothing_is_leasable_after_its_deadline_and_w
         assert r.json()["forfeit"]["body"]["cause"] == "WITHHELD"
         miners = {m["hotkey"]: m["status"] for m in (await a.view())["miners"]}
         assert miners[first["target"]] == "WITHHELD"
+
+
+async def test_hostile_worker_bodies_are_400s_naming_the_field(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_runs(tmp_path) as h:
+        a = await uploaded_round(h)
+        for body, field in (
+            ({"run_id": "nope"}, "run_id"),
+            ({"run_id": a.run_id, "extra": 1}, "extra"),
+            ([1, 2], ""),
+        ):
+            r = await lease(a, body)
+            assert r.status_code == 400, (body, r.text)
+            assert field in r.json()["detail"]
+        job = (await a.job_of(KEYS[0]))["id"]
+        for route, body in (
+            ("heartbeat", {"lease": "ZZ"}),
+            ("fail", {"lease": "a" * 32, "reason": "x" * 501}),
+            ("complete", {"lease": "a" * 32, "verdict": "not an envelope"}),
+        ):
+            r = await worker(a, job, route, body)
+            assert r.status_code == 400, (route, r.text)
+        r = await h.client.get(f"/v1/worker/jobs/{job}/serves", headers=WORKER)
+        assert r.status_code == 400
+        assert "lease" in r.json()["detail"]
+        r = await worker(a, "a_0000000000000000", "heartbeat", {"lease": "a" * 32})
+        assert r.status_code == 404

@@ -25,6 +25,7 @@ Each function is one transaction of the DB runner; refusals raise a
 
 from __future__ import annotations
 
+import json
 import secrets
 import sqlite3
 from typing import Any, Final
@@ -62,7 +63,7 @@ from hypertrain.protocol.errors import (
 )
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.messages import AuditChallenge, Forfeit, LeafPreimage, ReplayVerdict
-from hypertrain.protocol.validators import hex64, optional, strict_bool, text
+from hypertrain.protocol.validators import Check, hex64, optional, strict_bool, text
 from hypertrain.rounds.assignment import assign
 from hypertrain.rounds.states import FAULT_STATUSES
 from hypertrain.trainer.leaves import preimage_digest
@@ -93,6 +94,9 @@ def _lease_token(value: object) -> bool:
     )
 
 
+lease_token = Check(_lease_token, "must be a lease token: 32 lowercase hex characters")
+
+
 @frozen
 class LeaseFilter:
     """``POST /v1/worker/lease``'s optional body: only jobs of ``run_id``."""
@@ -104,14 +108,14 @@ class LeaseFilter:
 class LeaseRequest:
     """A body naming the caller's lease (serves, heartbeat)."""
 
-    lease: str = field(validator=text(32))
+    lease: str = field(validator=lease_token)
 
 
 @frozen
 class CompleteRequest:
     """``POST .../complete``: the lease and a ReplayVerdict envelope."""
 
-    lease: str = field(validator=text(32))
+    lease: str = field(validator=lease_token)
     verdict: dict[str, Any]
 
 
@@ -119,7 +123,7 @@ class CompleteRequest:
 class FailRequest:
     """``POST .../fail``."""
 
-    lease: str = field(validator=text(32))
+    lease: str = field(validator=lease_token)
     reason: str = field(validator=text(MAX_REASON))
     retry: bool = field(default=True, validator=strict_bool)
 
@@ -146,8 +150,6 @@ def is_ready(conn: sqlite3.Connection, job: JobRow, D: int) -> bool:  # noqa: N8
 
 
 def _serves_json(conn: sqlite3.Connection, job: JobRow) -> list[dict[str, Any]]:
-    import json
-
     return [
         {"serve": json.loads(s.envelope), "blob_sha256": s.blob_sha256}
         for s in serves_of(conn, job.challenge_hash)
@@ -157,8 +159,6 @@ def _serves_json(conn: sqlite3.Connection, job: JobRow) -> list[dict[str, Any]]:
 def job_json(conn: sqlite3.Connection, job: JobRow) -> dict[str, Any]:
     """The job as an auditor receives it (spec 9.1 plus ``beacon_signature``,
     ``dataset_sha256``)."""
-    import json
-
     run = get_run(conn, job.run_id)
     manifest, dataset_sha = run_scoring_facts(conn, job.run_id)
     row = get_round_row(conn, job.run_id, job.w)
@@ -367,6 +367,5 @@ def expire_leases(conn: sqlite3.Connection) -> list[dict[str, Any]]:
 
 
 def check_lease_token(value: str) -> None:
-    """400 unless ``value`` is a 32-hex lease token."""
-    if not _lease_token(value):
-        raise Malformed("lease: must be 32 lowercase hex characters")
+    """400 unless ``value`` (the ``lease`` query parameter) is a lease token."""
+    lease_token.check("lease", value)
