@@ -137,10 +137,12 @@ class AuditServer:
         journal, workdir = runner.journal, runner.config.workdir
         out = []
         for w in journal.rounds():
-            if w in self._settled or not RoundDir(workdir, w).exists(leaf_state_file(0)):
+            if w in self._settled or "leaves" not in journal.phases(w):
                 continue
-            if "leaves" in journal.phases(w):
+            if RoundDir(workdir, w).exists(leaf_state_file(0)):
                 out.append(w)
+            else:  # full mode, or pruned: nothing to serve, ever
+                self._settled[w] = "not-kept: no leaf states"
         return out
 
     async def poll_once(self) -> None:

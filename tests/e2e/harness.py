@@ -60,12 +60,13 @@ ROUND_TIMEOUT: Final = float(
         TEST_TIMEOUTS["upload_after_commit"],
         TEST_TIMEOUTS["audit_after_commit"] + TEST_TIMEOUTS["serve_deadline"],
     )
-    + 10
+    + 30
 )
 """Seconds a test waits for its miners after the run is launched: until d_upload of round 0
 (after it nothing they do for the round can count) or, later, its serve deadline (after its
 last round a miner stays to serve its segment audits until they settle: at the latest when
-``D > serve_deadline = d_audit + T.serve_deadline``), and 10 s for them to report and exit."""
+``D > serve_deadline = d_audit + T.serve_deadline``), and 30 s for them to report and exit
+on a loaded machine."""
 _TEXT: Final = "".join(
     f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(400)
 )
