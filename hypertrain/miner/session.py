@@ -148,7 +148,8 @@ def _default_configure(env: ReferenceEnv) -> None:
 async def _mine_and_serve(
     runner: RoundRunner, server: AuditServer, rounds: range
 ) -> tuple[RoundOutcome, ...]:
-    """Mine ``rounds`` with ``server`` running beside, then wait for its audits to settle.
+    """Mine ``rounds`` with ``server`` running beside, then wait for its audits to settle
+    (unless the manifest names no auditor: then nothing is drawn or served).
 
     An error of the round loop is taken out of the nursery before it closes and raised as
     itself (the server is cancelled); an error of the server propagates as the nursery's group.
@@ -162,7 +163,8 @@ async def _mine_and_serve(
             for w in rounds:
                 outcomes.append(await runner.mine_round(w))
                 prune(runner.config.workdir, w, keep)
-            await server.wait_settled()
+            if runner.manifest.auditors:  # a run that names no auditor is never audited
+                await server.wait_settled()
         except Exception as e:  # re-raised below, once the server is cancelled
             failure = e
         nursery.cancel_scope.cancel()

@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx
 import trio.testing
 
@@ -345,3 +346,13 @@ async def test_hostile_worker_bodies_are_400s_naming_the_field(
         assert "lease" in r.json()["detail"]
         r = await worker(a, "a_0000000000000000", "heartbeat", {"lease": "a" * 32})
         assert r.status_code == 404
+
+
+async def test_a_run_whose_manifest_names_no_auditor_is_never_drawn(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_runs(tmp_path) as h:
+        flow = await open_flow(h, attrs.evolve(BODY, auditors=()))
+        await flow.to(flow.d.d_audit + 5)
+        view = await flow.view()
+        assert (view["selected"], view["jobs"]) == (None, [])

@@ -54,19 +54,10 @@ together a fifth of a core. With 40 a loaded 2-core machine let a miner reach d_
 it had even accepted. A window that ends later costs nothing when the machine is fast: miners
 commit and upload as soon as they are done."""
 ROUND_TIMEOUT: Final = float(
-    TEST_TIMEOUTS["assign_after_open"]
-    + TRAIN_ROUNDS
-    + max(
-        TEST_TIMEOUTS["upload_after_commit"],
-        TEST_TIMEOUTS["audit_after_commit"] + TEST_TIMEOUTS["serve_deadline"],
-    )
-    + 30
+    TEST_TIMEOUTS["assign_after_open"] + TRAIN_ROUNDS + TEST_TIMEOUTS["upload_after_commit"] + 10
 )
 """Seconds a test waits for its miners after the run is launched: until d_upload of round 0
-(after it nothing they do for the round can count) or, later, its serve deadline (after its
-last round a miner stays to serve its segment audits until they settle: at the latest when
-``D > serve_deadline = d_audit + T.serve_deadline``), and 30 s for them to report and exit
-on a loaded machine."""
+(after it nothing they do can count), and 10 s for them to report and exit."""
 _TEXT: Final = "".join(
     f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(400)
 )

@@ -43,6 +43,13 @@ D_AUDIT = DEADLINES[0][3]
 RUN_TIMEOUT = 3600.0  # virtual seconds: a hang guard, far beyond any serve deadline here
 
 
+@pytest.fixture
+def run_manifest(run_manifest: RunManifest) -> RunManifest:
+    """The miner fixtures' manifest naming an auditor: only such a run is audited, and only
+    then does a miner wait for its audits after its last round."""
+    return attrs.evolve(run_manifest, auditors=(OTHER.ss58,))
+
+
 class Crash(Exception):
     """A simulated kill -9 at a hook point."""
 

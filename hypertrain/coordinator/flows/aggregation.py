@@ -217,7 +217,7 @@ def audits_settled(conn: sqlite3.Connection, run_id: str, w: int) -> bool:
     job has a verdict, was failed for good, or its serve deadline passed. Always true for a run
     whose manifest names no auditor (nobody could ever deliver a verdict)."""
     if not parse_manifest(get_run(conn, run_id).manifest_envelope).auditors:
-        return True
+        return True  # never audited: no draw runs
     if draw_of(conn, run_id, w) is None:
         return False
     d = latest_round(conn)

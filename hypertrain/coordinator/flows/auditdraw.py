@@ -1,7 +1,8 @@
 """The audit draw of a round (spec 1.3 step 7, 6.1-6.2; DESIGN.md section 9): one write.
 
-:func:`draw_due` runs after every new D (the audit service calls it). A round ``w`` of any run
-is *due* once ``D >= d_audit``, ``drand[d_audit]`` is stored and no draw is recorded for it.
+:func:`draw_due` runs after every new D (the audit service calls it). A round ``w`` of a run
+whose manifest names at least one auditor is *due* once ``D >= d_audit``, ``drand[d_audit]`` is
+stored and no draw is recorded for it (a run without auditors is never audited).
 Its eligible miners are those ``COMMITTED`` or ``UPLOADED``; each is selected when
 :func:`~hypertrain.rounds.audit.select_for_audit` says so with its RoundOpen ``q_i``. In
 ``segments`` mode (``state_policy = carry``) the draw waits until every selected miner's
@@ -54,9 +55,14 @@ def job_id_of(challenge_hash: str) -> str:
 
 
 def due_draws(conn: sqlite3.Connection, D: int) -> list[RoundRow]:  # noqa: N803
-    """Rounds (of every run) with ``d_audit <= D`` and no draw yet, by run and w."""
+    """Rounds (of every run whose manifest names an auditor) with ``d_audit <= D`` and no draw
+    yet, by run and w. A run without auditors is never audited: nobody could replay its jobs,
+    so no miner is drawn, challenged or made to serve."""
     rows = conn.execute(
-        "SELECT r.run_id, r.w FROM rounds r WHERE r.d_audit <= ? AND NOT EXISTS"
+        "SELECT r.run_id, r.w FROM rounds r JOIN runs ON runs.run_id = r.run_id"
+        " WHERE r.d_audit <= ?"
+        " AND json_array_length(runs.manifest_envelope, '$.body.auditors') > 0"
+        " AND NOT EXISTS"
         " (SELECT 1 FROM audit_draws d WHERE d.run_id = r.run_id AND d.w = r.w)"
         " ORDER BY r.run_id, r.w",
         (D,),
