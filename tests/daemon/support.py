@@ -37,7 +37,6 @@ def daemon_settings(
             state_dir=tmp_path / state,
             admin_token_file=secrets.admin,
             internal_token_file=secrets.internal,
-            worker_token_file=secrets.worker,
             coord_key_file=secrets.coord_key,
             owner_hotkey=owner_hotkey,
         ),

@@ -14,6 +14,8 @@ from __future__ import annotations
 import io
 import json
 import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ import trio.testing
 from hypertrain.auditor.progress import Progress as AuditorProgress
 from hypertrain.auditor.session import Options, run_auditor
 from hypertrain.beacon import ChainInfo
+from hypertrain.daemon.main import DaemonHandle
 from hypertrain.datasets.pin import pin_async
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.progress import Progress
@@ -34,8 +37,10 @@ from hypertrain.protocol.hashes import honeypot_commit
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import Beacon, RunManifest
 from nurseries import run_inline
-from tests.coordinator.harness import WORKER_TOKEN, admin_headers
-from tests.miner.test_against_the_daemon import API, COORD, MINERS, OWNER, _config, _daemon
+from nurseries.testing import open_asgi_transport
+from tests.coordinator.harness import WORKER_TOKEN, admin_headers, write_secret
+from tests.daemon.support import running_daemon
+from tests.miner.test_against_the_daemon import API, COORD, MINERS, OWNER, _config, _settings
 
 ROUNDS = 3
 RUN_TIMEOUT = 6000.0  # virtual seconds
@@ -50,6 +55,19 @@ BAD = {key.ss58 for mode, key in HONEYPOTS.items() if mode is not HoneypotMode.H
 UPLOAD_AFTER_COMMIT = 4
 CLUSTER = "rack-7"
 """The fabricate honeypot and the first honest miner share it."""
+
+
+@asynccontextmanager
+async def _daemon(tmp_path: Path) -> AsyncIterator[tuple[DaemonHandle, httpx.AsyncBaseTransport]]:
+    """The miner tests' daemon with the worker token configured (the auditor needs it)."""
+    settings = _settings(tmp_path)
+    worker = write_secret(tmp_path / "secrets" / "worker_token", WORKER_TOKEN)
+    coordinator = attrs.evolve(settings.coordinator, worker_token_file=worker)
+    async with (
+        running_daemon(attrs.evolve(settings, coordinator=coordinator)) as handle,
+        open_asgi_transport(handle.app, lifespan=False) as transport,
+    ):
+        yield handle, transport
 
 
 async def _put(client: httpx.AsyncClient, path: str, body: object) -> Any:
