@@ -153,12 +153,13 @@ class AuditFlow:
         *,
         signer: Keypair = AUDITOR,
         challenge_hash: str | None = None,
+        recomputed: str = "0" * 64,
     ) -> dict[str, Any]:
         body = {
             "challenge_hash": challenge_hash or job["challenge_hash"],
             "first_bad_leaf": 1 if result == "MISMATCH" else None,
             "result": result,
-            "recomputed_leaves_root": "0" * 64,
+            "recomputed_leaves_root": recomputed,
             "replay_env": {
                 "image_digest": BODY.reference_spec.image_digest,
                 "driver": "cpu",

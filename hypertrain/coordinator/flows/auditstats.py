@@ -22,6 +22,7 @@ from typing import Any
 from attrs import frozen
 
 from hypertrain.beacon.chain import ChainInfo
+from hypertrain.coordinator.settings import CoordinatorSettings
 from hypertrain.coordinator.tables.audits import jobs_of_run
 from hypertrain.coordinator.tables.rounds import round_rows
 from hypertrain.coordinator.tables.runs import get_run
@@ -36,6 +37,12 @@ class EpochClock:
 
     genesis_unix: float
     epoch_seconds: int
+
+    @classmethod
+    def of(cls, settings: CoordinatorSettings, chain: ChainInfo) -> EpochClock:
+        """The ledger settings' epochs (``genesis_unix`` unset: the chain's genesis)."""
+        genesis = chain.genesis_time if settings.genesis_unix is None else settings.genesis_unix
+        return cls(genesis, settings.epoch_seconds)
 
     def epoch_of(self, t: float) -> int:
         return int((t - self.genesis_unix) // self.epoch_seconds)

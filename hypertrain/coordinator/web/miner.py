@@ -8,6 +8,8 @@
                                        sha256, url}`` (with ``challenge_hash``: a state blob)
 ``POST /v1/runs/{id}/delta``           DeltaManifest envelope -> ``{w, hotkey, status}``
 ``POST /v1/runs/{id}/state``           StateServe envelope -> ``{challenge_hash, t, stored}``
+``POST /v1/runs/{id}/rerun``           ``{w, hotkey, leaves_root, sig}`` -> ``{w, hotkey,
+                                       classification}`` (after a MISMATCH)
 =====================================  ====================================================
 
 The decisions and statuses are :mod:`hypertrain.coordinator.flows.miner`'s (state serves:
@@ -33,6 +35,7 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.flows.auditstats import EpochClock
 from hypertrain.coordinator.flows.miner import (
     DuplicateCommit,
     LeavesRequest,
@@ -44,6 +47,7 @@ from hypertrain.coordinator.flows.miner import (
     post_leaves,
     signer_of,
 )
+from hypertrain.coordinator.flows.rerun import RerunRequest, post_rerun
 from hypertrain.coordinator.flows.serves import (
     blob_facts,
     check_serve_target,
@@ -120,6 +124,15 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         await ctx.metagraph.check(signer_of(raw))
         return json_response(await ctx.db.write(post_delta, raw, run_id, ctx.objects.exists))
 
+    async def rerun(run_id: str) -> Response:
+        req = structure(RerunRequest, await read_json(ctx))
+        await ctx.metagraph.check(req.hotkey)
+        clock = EpochClock.of(ctx.settings, ctx.chain)
+        answer = await ctx.db.write(post_rerun, run_id, req, ctx.chain, clock)
+        event = {"run_id": run_id, **answer, "target": req.hotkey, "change": "rerun"}
+        ctx.events.publish("audit", event)
+        return json_response(answer)
+
     runs = "/v1/runs/<run_id>"
     rules: list[tuple[str, str, Callable[..., Awaitable[Response]]]] = [
         (f"{runs}/accept", "accept", accept),
@@ -128,6 +141,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         (f"{runs}/uploads", "uploads", uploads),
         (f"{runs}/delta", "delta", delta),
         (f"{runs}/state", "state", state),
+        (f"{runs}/rerun", "rerun", rerun),
     ]
     for rule, name, view in rules:
         app.add_url_rule(rule, f"miner.{name}", view, methods=["POST"])

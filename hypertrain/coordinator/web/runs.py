@@ -147,9 +147,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         return json_response(await service.round_view(run_id, w))
 
     async def get_auditor_stats(run_id: str) -> Response:
-        settings = ctx.settings
-        genesis = ctx.chain.genesis_time if settings.genesis_unix is None else settings.genesis_unix
-        clock = EpochClock(genesis, settings.epoch_seconds)
+        clock = EpochClock.of(ctx.settings, ctx.chain)
         return json_response(await ctx.db.read(auditor_stats, run_id, ctx.chain, clock))
 
     admin = "/v1/admin/runs/<run_id>"
