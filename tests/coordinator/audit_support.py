@@ -19,6 +19,7 @@ from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.envelope import seal
 from hypertrain.protocol.hashes import tensor_root
 from hypertrain.protocol.keys import Keypair
+from hypertrain.protocol.manifest import RunManifest
 from hypertrain.protocol.merkle import merkle_proof, merkle_root_hex
 from hypertrain.protocol.messages import LeafPreimage
 from hypertrain.protocol.tensorhash import th_bytes
@@ -173,10 +174,12 @@ class AuditFlow:
 
 
 async def uploaded_round(
-    h: Harness, before_unpause: Callable[[str], Awaitable[None]] | None = None
+    h: Harness,
+    before_unpause: Callable[[str], Awaitable[None]] | None = None,
+    body: RunManifest = BODY,
 ) -> AuditFlow:
     """Both miners accept, commit real-looking leaves, post them and upload; D = d_audit."""
-    flow = await open_flow(h, BODY, before_unpause=before_unpause)
+    flow = await open_flow(h, body, before_unpause=before_unpause)
     await flow.to(flow.d.d_assign)
     for key in KEYS[:2]:
         await flow.accepted(key)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 import trio.testing
@@ -13,7 +14,7 @@ from hypertrain.coordinator.flows.rerun import classify
 from hypertrain.protocol.hashes import rerun_claim_bytes
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.merkle import merkle_root_hex
-from tests.coordinator.audit_support import AuditFlow, digests, sha, uploaded_round
+from tests.coordinator.audit_support import BODY, AuditFlow, digests, sha, uploaded_round
 from tests.coordinator.lifecycle_support import open_runs
 from tests.coordinator.miner_support import KEYS
 from tests.coordinator.test_audit_routes import lease, worker
@@ -113,3 +114,24 @@ async def test_only_a_mismatched_rostered_miner_reruns(
 def test_classification(rerun: str, transients: int, expected: str) -> None:
     got = classify(rerun, "A", "C", transients_this_epoch=transients, forgive_per_epoch=1)
     assert got == expected
+
+
+async def test_in_full_mode_the_rerun_root_covers_every_leaf(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    full = attrs.evolve(BODY, inner=attrs.evolve(BODY.inner, state_policy="reset"))
+    async with open_runs(tmp_path) as h:
+        a = await uploaded_round(h, body=full)
+        for _ in KEYS[:2]:
+            job = (await lease(a)).json()  # full mode: nothing to serve, leasable at once
+            assert job["challenge"]["mode"] == "full"
+            verdict = a.verdict(job, "MISMATCH", recomputed=AUDITOR_ROOT)
+            r = await worker(a, job["id"], "complete", {"lease": job["lease"], "verdict": verdict})
+            assert r.status_code == 200, r.text
+        first, second = sorted(KEYS[:2], key=lambda k: k.ss58)
+        committed = merkle_root_hex(digests(a.run_id, first))  # all leaves: the commit's root
+        r = await _post(a, _rerun(a, first, committed))
+        assert r.json()["classification"] == "CONTEST"
+        r = await _post(a, _rerun(a, second, AUDITOR_ROOT))
+        assert r.json()["classification"] == "TRANSIENT"
+        assert await _state(a, second) == ("TRANSIENT", False, 0)
