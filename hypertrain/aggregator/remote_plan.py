@@ -28,6 +28,7 @@ from hypertrain.protocol.converter import structure
 from hypertrain.protocol.errors import HypertrainError, Malformed
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
+from hypertrain.rounds.states import FAULT_STATUSES as FAULTS
 
 __all__ = [
     "KeyMismatch",
@@ -110,7 +111,7 @@ def merge_inputs(
     uploads = []
     for miner in _field(inputs, "miners", "inputs"):
         posted = miner.get("delta_manifest")
-        if miner.get("status") == "UPLOADED" and posted is not None:
+        if miner.get("status") not in FAULTS and posted is not None:
             uploads.append((str(miner["hotkey"]), str(posted["body"]["delta_hash"])))
     return MergeInputs(
         run_id=run.run_id,

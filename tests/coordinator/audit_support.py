@@ -177,8 +177,12 @@ async def uploaded_round(
     h: Harness,
     before_unpause: Callable[[str], Awaitable[None]] | None = None,
     body: RunManifest = BODY,
+    *,
+    leaves: tuple[Keypair, ...] = tuple(KEYS[:2]),
+    upload: bool = True,
 ) -> AuditFlow:
-    """Both miners accept, commit real-looking leaves, post them and upload; D = d_audit."""
+    """Both miners accept and commit real-looking leaves; those in ``leaves`` post them and
+    (with ``upload``) every miner uploads its delta; D = d_audit."""
     flow = await open_flow(h, body, before_unpause=before_unpause)
     await flow.to(flow.d.d_assign)
     for key in KEYS[:2]:
@@ -193,13 +197,20 @@ async def uploaded_round(
         )
         r = await flow.post("commit", commit)
         assert r.status_code == 200, r.text
-        leaves = {"w": 0, "hotkey": key.ss58, "preimages": [unstructure(p) for p in mine]}
-        r = await flow.post("leaves", leaves)
-        assert r.status_code == 200, r.text
-        r = await flow.grant(key, sha(DELTA))
-        assert r.status_code == 200, r.text
-        assert (await flow.put(r.json()["url"], DELTA)).status_code == 200
-        r = await flow.post("delta", flow.delta(key, DELTA))
-        assert r.status_code == 200, r.text
+        if key in leaves:
+            posted = {"w": 0, "hotkey": key.ss58, "preimages": [unstructure(p) for p in mine]}
+            r = await flow.post("leaves", posted)
+            assert r.status_code == 200, r.text
+        if upload:
+            await upload_delta(flow, key)
     await flow.to(flow.d.d_audit)
     return AuditFlow(flow)
+
+
+async def upload_delta(flow: Flow, key: Keypair) -> None:
+    """Grant, PUT and DeltaManifest of ``key``'s delta (each answered 200)."""
+    r = await flow.grant(key, sha(DELTA))
+    assert r.status_code == 200, r.text
+    assert (await flow.put(r.json()["url"], DELTA)).status_code == 200
+    r = await flow.post("delta", flow.delta(key, DELTA))
+    assert r.status_code == 200, r.text

@@ -84,9 +84,12 @@ def subject(flow: Flow, key: Keypair, w: int = 0) -> dict[str, Any]:
 
 
 async def scoring_flow(h: Harness, built: Path, *, dataset: bool = True) -> Flow:
-    """Round 0 of a run over ``built`` at ``d_assign``; the dataset pinned and registered."""
+    """Round 0 of a run over ``built`` at ``d_assign``; the dataset pinned and registered. The
+    run names no auditor (scoring is the subject; an audited run would hold round w + 2 until
+    round w's audits settle)."""
     record = load_record(DatasetManifest, built / MANIFEST_FILE)
-    flow = await at_assign(h, attrs.evolve(manifest(), dataset=record.dataset_spec()))
+    body = attrs.evolve(manifest(), dataset=record.dataset_spec(), auditors=())
+    flow = await at_assign(h, body)
     if dataset:
         await register(flow, built)
     return flow

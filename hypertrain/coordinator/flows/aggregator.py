@@ -11,6 +11,7 @@ import sqlite3
 from typing import Any
 
 from hypertrain.beacon.ingest import latest_round
+from hypertrain.coordinator.flows.aggregation import audits_settled
 from hypertrain.coordinator.flows.roundopen import TEMPLATE_FIELDS, plan_round, store_round_open
 from hypertrain.coordinator.flows.roundview import round_facts
 from hypertrain.coordinator.tables.rounds import RoundRow, get_round_row
@@ -47,7 +48,7 @@ def inputs_view(
         "round_open": facts.round.envelope_json(),
         "base": facts.round.base,
         "miners": miners,
-        "selected": None,
+        "selected": facts.selected,
         "rollback": None,
         "next_round_template": template,
     }
@@ -67,6 +68,11 @@ def apply_aggregate(conn: sqlite3.Connection, run_id: str, w: int, verified: Ver
     d = latest_round(conn)
     if d < row.deadlines.d_upload:
         raise Conflict(f"round {w} cannot be aggregated before d_upload {row.deadlines.d_upload}")
+    if w > 0 and not audits_settled(conn, run_id, w - 1):
+        raise Conflict(
+            f"round {w + 1} opens only once every audit of round {w - 1} is settled (the w+2"
+            " rule, docs/auditor.md)"
+        )
     body = verified.message
     assert isinstance(body, RoundOpen)
     if body.d_open < d:

@@ -26,7 +26,8 @@ Per route (statuses of spec 9):
 - :func:`post_leaves` (unsigned): status COMMITTED or UPLOADED (409), ``D < d_upload`` (409),
   exactly ``n_leaves`` preimages for ``t = 0, J, ..., H`` of this run and round whose
   ``ht-leaf-v1`` digests Merkle to the committed ``leaves_root`` (422); idempotent.
-- :func:`grant_upload` (unsigned): status COMMITTED (409), ``D < d_upload`` (409), ``sha256 ==
+- :func:`grant_upload` (unsigned): status COMMITTED or MATCH (an audit may come first; 409
+  otherwise), ``D < d_upload`` (409), ``sha256 ==
   delta_hash`` (422) -> a grant for ``PUT /v1/uploads/{grant}`` expiring at ``d_upload``.
 - :func:`post_delta`: a DeltaManifest naming the committed ``delta_hash`` and ``delta_bytes``
   (422) once the object is stored (409 "upload first"), status COMMITTED, ``D < d_upload``
@@ -97,6 +98,9 @@ __all__ = [
     "upload_grant",
 ]
 
+AUDITED: Final = ("MATCH", "MISMATCH", "WITHHELD", "BAD_PROOF", "ASSIGNMENT_VIOLATION")
+"""Statuses a verdict set: an audit can come before the upload window closes (a MATCH miner may
+still upload its delta; leaves re-posted after any verdict are answered idempotently)."""
 MAX_PREIMAGES: Final = 4097
 """Most preimages one ``POST .../leaves`` may carry (spec 9)."""
 MAX_UPLOAD_BYTES: Final = 1 << 32
@@ -306,7 +310,7 @@ def post_leaves(conn: sqlite3.Connection, run_id: str, req: LeavesRequest) -> di
     now = latest_round(conn)
     row = _open_round(conn, run_id, req.w)
     miner = _rostered(conn, run_id, req.w, req.hotkey)
-    commit = _committed(miner, req.w, "COMMITTED", "UPLOADED")
+    commit = _committed(miner, req.w, "COMMITTED", "UPLOADED", *AUDITED)
     _upload_window(row, now)
     J = parse_manifest(get_run(conn, run_id).manifest_envelope).inner.J  # noqa: N806
     _check_preimages(run_id, req.w, J, commit, req)
@@ -334,7 +338,7 @@ def grant_upload(
     now = latest_round(conn)
     row = _open_round(conn, run_id, req.w)
     miner = _rostered(conn, run_id, req.w, req.hotkey)
-    commit = _committed(miner, req.w, "COMMITTED")
+    commit = _committed(miner, req.w, "COMMITTED", "MATCH")
     _upload_window(row, now)
     if req.sha256 != commit.delta_hash:
         raise ContractMismatch(f"sha256 is not the committed delta_hash {commit.delta_hash}")
@@ -369,10 +373,10 @@ def post_delta(
     miner = _rostered(conn, run_id, body.w, body.hotkey)
     answer = {"w": body.w, "hotkey": body.hotkey, "status": "UPLOADED"}
     text = verified.envelope.encode().decode()
-    if miner.status == "UPLOADED" and miner.delta_manifest == text:
+    if miner.delta_manifest == text:
         return answer
     record_seen(conn, verified.replay_key, now)
-    commit = _committed(miner, body.w, "COMMITTED")
+    commit = _committed(miner, body.w, "COMMITTED", "MATCH")
     _upload_window(row, now)
     if (body.delta_hash, body.size) != (commit.delta_hash, commit.delta_bytes):
         raise ContractMismatch(

@@ -60,6 +60,7 @@ from hypertrain.protocol.errors import (
     ContractMismatch,
     Malformed,
     NotFound,
+    UnauthorizedSigner,
 )
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.messages import AuditChallenge, Forfeit, LeafPreimage, ReplayVerdict
@@ -85,6 +86,12 @@ __all__ = [
 
 LEASE_ROUNDS: Final = 600
 """How many drand rounds a lease lasts (spec 4.1: 30 min of quicknet), renewed by heartbeat."""
+VERDICT_WINDOW: Final = 1200
+"""A verdict is sealed to expire at ``serve_deadline + VERDICT_WINDOW`` (spec 4.1): past it no
+verdict can be accepted, so a job still open then is failed instead of handed out forever."""
+MAX_ATTEMPTS: Final = 8
+"""Leases of one job before it is failed for good (a job that always comes back with
+``retry`` would otherwise hold the front of the queue)."""
 MAX_REASON: Final = 500
 
 
@@ -136,12 +143,20 @@ def _windows(job: JobRow) -> list[tuple[int, int]]:
     return [tuple(s) for s in challenge.segments]  # type: ignore[misc]
 
 
+def _uploads_closed(conn: sqlite3.Connection, job: JobRow, D: int) -> bool:  # noqa: N803
+    row = get_round_row(conn, job.run_id, job.w)
+    return row is not None and row.deadlines.d_upload <= D
+
+
 def is_ready(conn: sqlite3.Connection, job: JobRow, D: int) -> bool:  # noqa: N803
-    """Whether ``job`` can be replayed now (module doc)."""
+    """Whether ``job`` can be replayed now (module doc). A target that never posted its
+    preimages cannot hide behind that: from ``d_upload`` on (no leaves are taken after it) its
+    job is handed out without them, and the auditor's first check (the preimages must Merkle to
+    the committed root) makes it BAD_PROOF."""
     if get_round_state(conn, job.run_id, job.w) is None:
         return False
     if get_leaves(conn, job.run_id, job.w, job.target) is None:
-        return False
+        return _uploads_closed(conn, job, D)
     if job.mode != "segments" or job.serve_deadline < D:
         return True
     J = parse_manifest(get_run(conn, job.run_id).manifest_envelope).inner.J  # noqa: N806
@@ -167,7 +182,6 @@ def job_json(conn: sqlite3.Connection, job: JobRow) -> dict[str, Any]:
     state = get_round_state(conn, job.run_id, job.w)
     assert row is not None
     assert miner is not None
-    assert leaves is not None
     assert state is not None
     assign_beacon = get_round(conn, row.deadlines.d_assign)
     audit_beacon = get_round(conn, row.deadlines.d_audit)
@@ -182,7 +196,8 @@ def job_json(conn: sqlite3.Connection, job: JobRow) -> dict[str, Any]:
         base=row.base,
     )
     (mine,) = [a for a in slots if a.hotkey == job.target]
-    preimages = [structure(LeafPreimage, p) for p in leaves.preimages]
+    stored = [] if leaves is None else leaves.preimages
+    preimages = [structure(LeafPreimage, p) for p in stored]
     challenge = job.challenge_json()
     commit = None if miner.commit_envelope is None else json.loads(miner.commit_envelope)
     return {
@@ -207,7 +222,7 @@ def job_json(conn: sqlite3.Connection, job: JobRow) -> dict[str, Any]:
         "preimages": [unstructure(p) for p in preimages],
         "assignment": {"sample_ids": list(mine.samples), "global_step0": job.w * manifest.inner.H},
         "theta_start_sha256": state.theta_start_sha256,
-        "ef_in_sha256": leaves.ef_in_sha256,
+        "ef_in_sha256": None if leaves is None else leaves.ef_in_sha256,
         "v0_sha256": state.v0_sha256,
         "beacon_signature": audit_beacon.signature,
         "dataset_sha256": dataset_sha,
@@ -218,14 +233,18 @@ def job_json(conn: sqlite3.Connection, job: JobRow) -> dict[str, Any]:
 
 
 def lease_job(
-    conn: sqlite3.Connection, run_id: str | None, token: str | None = None
+    conn: sqlite3.Connection, run_id: str | None
 ) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """Lease the first ready job (module doc): ``(job JSON, audit event)``, or None."""
     d = latest_round(conn)
     for job in queued_jobs(conn, run_id):
+        if d > job.serve_deadline + VERDICT_WINDOW or job.attempts >= MAX_ATTEMPTS:
+            why = "verdict window closed" if job.attempts < MAX_ATTEMPTS else "too many attempts"
+            update_job(conn, job.job_id, state="failed", fail_reason=why)
+            continue
         if not is_ready(conn, job, d):
             continue
-        lease = token or secrets.token_hex(16)
+        lease = secrets.token_hex(16)
         update_job(
             conn,
             job.job_id,
@@ -322,6 +341,10 @@ def complete_job(
             f"verdict challenge_hash {verdict.challenge_hash} is not job {job_id}'s"
             f" {job.challenge_hash}"
         )
+    if verified.envelope.signer == job.target:
+        raise UnauthorizedSigner("an auditor may not judge its own round")
+    if verdict.result == "WITHHELD":
+        _check_withheld(conn, job, d)
     record_seen(conn, verified.replay_key, d)
     result = verdict.result
     update_job(
@@ -354,6 +377,17 @@ def complete_job(
         insert_forfeit(conn, job.run_id, job.w, job.target, cause, envelope.encode().decode(), d)
         answer["forfeit"] = envelope.to_json()
     return answer, _event(job, "verdict", result=result, auditor=verified.envelope.signer)
+
+
+def _check_withheld(conn: sqlite3.Connection, job: JobRow, D: int) -> None:  # noqa: N803
+    """WITHHELD is a fact the coordinator can check: a segments job past its serve deadline with
+    a window start that has no stored serve (422 otherwise)."""
+    if job.mode != "segments" or job.serve_deadline >= D:
+        raise ContractMismatch("WITHHELD needs a segments audit past its serve_deadline")
+    J = parse_manifest(get_run(conn, job.run_id).manifest_envelope).inner.J  # noqa: N806
+    served = {serve.t for serve in serves_of(conn, job.challenge_hash)}
+    if all(a * J in served for a, _ in _windows(job)):
+        raise ContractMismatch("WITHHELD, but every challenged window's state was served")
 
 
 def expire_leases(conn: sqlite3.Connection) -> list[dict[str, Any]]:

@@ -148,10 +148,12 @@ def set_committed(
 def set_uploaded(
     conn: sqlite3.Connection, run_id: str, w: int, hotkey: str, *, env: str, delta_hash: str
 ) -> None:
-    """COMMITTED -> UPLOADED with the DeltaManifest envelope and its ``delta_hash``."""
+    """COMMITTED -> UPLOADED with the DeltaManifest envelope and its ``delta_hash`` (a MATCH
+    verdict that came first stays the status)."""
     _update(
         conn,
-        "UPDATE miners SET status = 'UPLOADED', delta_manifest = ?, delta_hash = ?"
+        "UPDATE miners SET status = CASE status WHEN 'COMMITTED' THEN 'UPLOADED' ELSE status END,"
+        " delta_manifest = ?, delta_hash = ?"
         " WHERE run_id = ? AND w = ? AND hotkey = ?",
         (env, delta_hash, run_id, w, hotkey),
     )

@@ -54,6 +54,7 @@ from hypertrain.coordinator.flows.serves import (
     grant_state_upload,
     record_serve,
     serve_blob_sha,
+    state_blob_size,
 )
 from hypertrain.coordinator.web.http import json_response, read_json
 from hypertrain.protocol.converter import structure
@@ -115,6 +116,8 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         manifest = await ctx.db.read(check_serve_target, raw, run_id)
         if not ctx.objects.exists(sha):
             raise ContractMismatch(f"blob {sha} is not stored: upload it first")
+        if ctx.objects.size_of(sha) != state_blob_size(manifest.model):
+            raise ContractMismatch(f"object {sha} is not a state blob of this run's model")
         blob = await ctx.objects.get(sha)
         facts = await parts.run_sync(blob_facts, blob, sha, manifest)
         return json_response(await ctx.db.write(record_serve, raw, run_id, facts))
