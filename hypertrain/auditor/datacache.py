@@ -25,8 +25,6 @@ auditor, and survives restarts. The directory is the CLI's ``--data-dir`` (defau
 from __future__ import annotations
 
 import hashlib
-import os
-import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Final
@@ -34,6 +32,7 @@ from typing import Final
 import attrs
 
 from hypertrain.auditor.errors import BadJob, FetchFailed
+from hypertrain.datasets.cachefiles import file_sha256, needed_shards, write_atomically
 from hypertrain.datasets.errors import DatasetError
 from hypertrain.datasets.manifest import MANIFEST_FILE, TRAIN_PREFIX, DatasetManifest, load_record
 from hypertrain.datasets.reader import Dataset
@@ -43,43 +42,9 @@ from hypertrain.protocol.manifest import DatasetSpec, RunManifest
 __all__ = ["DATASETS_DIR", "DatasetCache", "Fetch", "needed_shards"]
 
 DATASETS_DIR: Final = "datasets"
-_CHUNK: Final = 1 << 20
 
 Fetch = Callable[[str], Awaitable[bytes]]
 """``await fetch(sha256)``: the object's bytes, already hash-checked."""
-
-
-def needed_shards(ids: Iterable[int], samples_per_shard: int) -> list[int]:
-    """The shard indices holding sample ``ids``, ascending."""
-    return sorted({int(i) // samples_per_shard for i in ids})
-
-
-def _file_sha256(path: Path) -> str | None:
-    try:
-        digest = hashlib.sha256()
-        with path.open("rb") as f:
-            while chunk := f.read(_CHUNK):
-                digest.update(chunk)
-    except FileNotFoundError:
-        return None
-    return digest.hexdigest()
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.part")
-    try:
-        with temp.open("xb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _check_record(record: DatasetManifest, manifest: RunManifest) -> None:
@@ -107,13 +72,13 @@ class DatasetCache:
         """Objects downloaded since construction (tests count them)."""
 
     async def _ensure_file(self, sha256: str, path: Path) -> None:
-        if _file_sha256(path) == sha256:
+        if file_sha256(path) == sha256:
             return
         data = await self._fetch(sha256)
         if hashlib.sha256(data).hexdigest() != sha256:
             raise FetchFailed(f"{path.name}: the bytes fetched do not hash to {sha256}")
         self.fetched += 1
-        _write_atomically(path, data)
+        write_atomically(path, data)
 
     async def ensure(
         self, manifest_sha256: str, manifest: RunManifest, ids: Iterable[int]

@@ -19,14 +19,13 @@ samples_per_shard) into ``<workdir>/dataset/`` in the build layout (``manifest.j
 from __future__ import annotations
 
 import hashlib
-import os
-import secrets
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
 import attrs
 
+from hypertrain.datasets.cachefiles import file_sha256, needed_shards, write_atomically
 from hypertrain.datasets.errors import DatasetError
 from hypertrain.datasets.manifest import MANIFEST_FILE, TRAIN_PREFIX, DatasetManifest, load_record
 from hypertrain.datasets.reader import Dataset
@@ -41,44 +40,6 @@ __all__ = ["CACHE_DIR", "RemoteDataset", "needed_shards"]
 
 CACHE_DIR: Final = "dataset"
 """The cache's directory under the miner's workdir."""
-_CHUNK: Final = 1 << 20
-
-
-def needed_shards(ids: Iterable[int], samples_per_shard: int) -> list[int]:
-    """The shard indices holding sample ``ids``, ascending."""
-    return sorted({int(i) // samples_per_shard for i in ids})
-
-
-def _file_sha256(path: Path) -> str | None:
-    try:
-        digest = hashlib.sha256()
-        with path.open("rb") as f:
-            while chunk := f.read(_CHUNK):
-                digest.update(chunk)
-    except FileNotFoundError:
-        return None
-    return digest.hexdigest()
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.part")
-    try:
-        with temp.open("xb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
 
 
 def _check_spec(record: DatasetManifest, spec: DatasetSpec) -> None:
@@ -111,7 +72,7 @@ class RemoteDataset:
 
     async def _fetch(self, sha256: str, path: Path, now: int) -> None:
         """Make ``path`` hold the object ``sha256`` (cached when it already does)."""
-        if _file_sha256(path) == sha256:
+        if file_sha256(path) == sha256:
             return
         try:
             data = await self.client.get_object(self.keypair, self.run_id, sha256, now)
@@ -124,7 +85,7 @@ class RemoteDataset:
                 " nothing was written"
             )
         self.fetched += 1
-        _write_atomically(path, data)
+        write_atomically(path, data)
 
     async def _load_manifest(self, now: int) -> DatasetManifest:
         """The run's dataset manifest, fetched (or found cached) and checked once."""
