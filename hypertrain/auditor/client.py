@@ -1,4 +1,5 @@
-"""The auditor's HTTP client for the worker routes of the audit wire contract.
+"""The auditor's HTTP client for the worker routes of the audit wire contract and the dispute
+routes (notes/disputes-wire.md).
 
 One :class:`httpx.AsyncClient` with named timeouts (:class:`ClientSettings`) and an injectable
 transport (tests pass :class:`httpx.MockTransport`). Every worker route carries
@@ -191,6 +192,43 @@ class AuditorClient:
             f"/v1/worker/jobs/{job_id}/fail",
             json={"lease": lease, "reason": reason[:500], "retry": retry},
         )
+        return body
+
+    async def job(self, job_id: str) -> Any:
+        """``GET /v1/worker/jobs/{id}``: the audit job JSON (``lease`` null), for any job."""
+        _, body = await self._call("GET", f"/v1/worker/jobs/{job_id}")
+        return body
+
+    async def disputes(
+        self,
+        run_id: str,
+        *,
+        state: str | None = None,
+        party: str | None = None,
+        referee: bool = False,
+    ) -> list[Any]:
+        """``GET /v1/runs/{id}/disputes[?state=][&party=][&referee=1]`` → the DisputeViews
+        (as JSON; a body without a ``disputes`` list raises ApiError)."""
+        query = [f"state={state}"] if state is not None else []
+        query += [f"party={party}"] if party is not None else []
+        query += ["referee=1"] if referee else []
+        path = f"/v1/runs/{run_id}/disputes" + ("?" + "&".join(query) if query else "")
+        status, body = await self._call("GET", path)
+        views = body.get("disputes") if isinstance(body, dict) else None
+        if not isinstance(views, list):
+            raise ApiError("GET", path, status, {"detail": "the answer has no disputes list"})
+        return views
+
+    async def bisect(self, run_id: str, envelope: dict[str, Any]) -> Any:
+        """``POST /v1/runs/{id}/bisect`` of a Bisect envelope → ``{dispute_id, seq, state,
+        stage, referee}``."""
+        _, body = await self._call("POST", f"/v1/runs/{run_id}/bisect", json=envelope)
+        return body
+
+    async def resolution(self, run_id: str, envelope: dict[str, Any]) -> Any:
+        """``POST /v1/runs/{id}/resolution`` of a Resolution envelope → ``{dispute_id, loser,
+        state}``."""
+        _, body = await self._call("POST", f"/v1/runs/{run_id}/resolution", json=envelope)
         return body
 
     async def get_object(self, sha256: str) -> bytes:

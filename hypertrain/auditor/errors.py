@@ -16,8 +16,11 @@
     ├── ApiError              a non-2xx answer the route's contract does not expect:
     │                         ``status``, ``detail`` (-> Unreachable for 5xx, BadJob for
     │                         a 404 of a named object, AuditorFatal for 401/403)
-    └── LeaseLost             the lease is no longer ours (409/404 on heartbeat or
-                              complete): the job is dropped without a verdict
+    ├── LeaseLost             the lease is no longer ours (409/404 on heartbeat or
+    │                         complete): the job is dropped without a verdict
+    └── DisputeError          a dispute this auditor cannot take part in now (a view that
+                              does not parse, a job that is not the dispute's, a start
+                              state that is not served): logged, the dispute skipped
 
 ``->`` marks errors re-raised as another with ``raise ... from e`` (the cause stays attached).
 A verdict (MATCH, MISMATCH, WITHHELD, BAD_PROOF, ASSIGNMENT_VIOLATION) is never an error: the
@@ -33,11 +36,13 @@ __all__ = [
     "AuditorError",
     "AuditorFatal",
     "BadJob",
+    "DisputeError",
     "FetchFailed",
     "JobFailed",
     "LeaseLost",
     "NotReady",
     "Unreachable",
+    "refusal",
 ]
 
 
@@ -99,3 +104,18 @@ class LeaseLost(AuditorError):
     def __init__(self, job_id: str, why: str) -> None:
         super().__init__(f"job {job_id}: lease lost ({why})")
         self.job_id = job_id
+
+
+class DisputeError(AuditorError):
+    """A dispute the auditor cannot answer or rule on (module docstring)."""
+
+    def __init__(self, dispute_id: str, why: str) -> None:
+        super().__init__(f"dispute {dispute_id}: {why}")
+        self.dispute_id, self.why = dispute_id, why
+
+
+def refusal(e: ApiError, other: Exception) -> Exception:
+    """What an ApiError becomes: AuditorFatal for a refused token (401/403), else ``other``."""
+    if e.status in (401, 403):
+        return AuditorFatal(f"the coordinator refuses this auditor: {e}")
+    return other

@@ -81,11 +81,13 @@ class JobAssignment:
 
 @frozen
 class AuditJob:
-    """A leased audit job (spec 9.1 plus ``beacon_signature`` and ``dataset_sha256``)."""
+    """An audit job (spec 9.1 plus ``beacon_signature`` and ``dataset_sha256``): leased, or
+    read back by id (``GET /v1/worker/jobs/{id}``, for a dispute), then ``lease`` and
+    ``lease_expires_round`` are None."""
 
     id: str = field(validator=text(64))
-    lease: str = field(validator=_lease_hex)
-    lease_expires_round: int = field(validator=u_int)
+    lease: str | None = field(validator=optional(_lease_hex))
+    lease_expires_round: int | None = field(validator=optional(u_int))
     run_id: str = field(validator=hex64)
     w: int = field(validator=u_int)
     target: str = field(validator=ss58)
@@ -107,10 +109,6 @@ class AuditJob:
     beacon_signature: str
     dataset_sha256: str | None = field(validator=optional(hex64))
 
-    @property
-    def handle(self) -> JobHandle:
-        return JobHandle(self.id, self.lease, self.run_id)
-
 
 def _pick(cls: type, data: object) -> object:
     if not isinstance(data, dict):
@@ -126,11 +124,19 @@ def read_handle(data: object) -> JobHandle:
         raise BadJob(f"lease answer: {e.detail}") from e
 
 
-def read_job(data: object) -> AuditJob:
-    """The whole job (module docstring); BadJob naming the field that does not parse."""
+def read_job(data: object, *, leased: bool = True) -> AuditJob:
+    """The whole job (module docstring); BadJob naming the field that does not parse.
+    ``leased``: a lease's answer, whose ``lease`` must be one; else a job read back by id,
+    whose lease fields may be null or absent."""
     picked = _pick(AuditJob, data)
     if isinstance(picked, dict) and "assignment" in picked:
         picked["assignment"] = _pick(JobAssignment, picked["assignment"])
+    if isinstance(picked, dict):
+        if leased and picked.get("lease") is None:
+            raise BadJob("job: $.lease: a leased job needs its lease")
+        if not leased:
+            picked.setdefault("lease", None)
+            picked.setdefault("lease_expires_round", None)
     try:
         return structure(AuditJob, picked)
     except SchemaError as e:

@@ -46,6 +46,7 @@ from hypertrain.auditor.errors import (
     JobFailed,
     LeaseLost,
     Unreachable,
+    refusal,
 )
 from hypertrain.auditor.job import AuditJob, JobHandle, check_job, read_handle, read_job
 from hypertrain.auditor.progress import JobReport, JobState, Progress
@@ -72,6 +73,9 @@ class WorkerSettings:
 
     poll_interval: float = 10.0
     """Wait after an idle lease answer, an unreachable coordinator or a retried failure."""
+    dispute_poll_interval: float = 10.0
+    """Between two polls of the disputes, as a party and as a referee (a dispute's level
+    lasts ``verify.T.dispute_per_level`` beacon rounds)."""
     heartbeat_interval: float = 60.0
     """Between heartbeats; the lease lasts 600 beacon rounds (30 minutes of quicknet)."""
     cleanup_timeout: float = 10.0
@@ -169,9 +173,7 @@ class AuditorWorker:
         return report
 
     def _fatal_or(self, e: ApiError, other: Exception) -> Exception:
-        if e.status in (401, 403):
-            return AuditorFatal(f"the coordinator refuses this auditor: {e}")
-        return other
+        return refusal(e, other)
 
     async def _hand_back(self, handle: JobHandle, reason: str) -> None:
         try:
@@ -216,9 +218,9 @@ class AuditorWorker:
         try:
             job = read_job(data)
             check_job(job)
-            outcome = await self._outcome(job)
+            outcome = await self._outcome(job, handle.lease)
             envelope = seal_verdict(self.keypair, job, outcome)
-            await self.client.complete(job.id, job.lease, envelope.to_json())
+            await self.client.complete(job.id, handle.lease, envelope.to_json())
         except JobFailed as e:
             await self._post_failure(handle, e.reason, retry=e.retry)
             return self._report(handle, "failed", began, job, retry=e.retry, reason=e.reason)
@@ -266,7 +268,9 @@ class AuditorWorker:
                 raise BadJob(f"object {sha256} is not stored") from e
             raise self._fatal_or(e, FetchFailed(f"object {sha256}: {e}")) from e
 
-    async def _serves(self, job: AuditJob) -> tuple[list[dict[str, object]], int | None]:
+    async def _serves(
+        self, job: AuditJob, lease: str
+    ) -> tuple[list[dict[str, object]], int | None]:
         """The serve envelopes to check, and the beacon round when they were asked for."""
         serves = list(job.state_serves)
         if job.challenge.mode != "segments":
@@ -276,18 +280,18 @@ class AuditorWorker:
         if all(a * J in have for a, _ in job.challenge.segments):
             return serves, None
         try:
-            answer = await self.client.serves(job.id, job.lease)
+            answer = await self.client.serves(job.id, lease)
         except ApiError as e:
             if e.status in (404, 409):
                 raise LeaseLost(job.id, str(e)) from e
             raise
         return [item.serve for item in answer.serves], answer.now_round
 
-    async def _outcome(self, job: AuditJob) -> Outcome:
+    async def _outcome(self, job: AuditJob, lease: str) -> Outcome:
         blobs = {job.theta_start_sha256: await self._object(job.theta_start_sha256)}
         if job.ef_in_sha256 is not None:
             blobs[job.ef_in_sha256] = await self._object(job.ef_in_sha256)
-        serves, now_round = await self._serves(job)
+        serves, now_round = await self._serves(job, lease)
         for sha in serve_blob_shas(serves):
             blobs[sha] = await self._object(sha)
         prepared = prepare(job, Evidence(blobs, tuple(serves), now_round))

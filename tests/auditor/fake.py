@@ -2,6 +2,8 @@
 ``httpx.MockTransport``, recording every call with the Trio time it arrived at.
 
 ``jobs`` are handed out in order by ``POST /v1/worker/lease`` (204 when none is left);
+``disputes`` (DisputeViews) are listed by ``GET /v1/runs/{id}/disputes`` with its filters,
+``job_views`` answer ``GET /v1/worker/jobs/{id}``, and Bisects and Resolutions are accepted;
 ``statuses`` forces answers: ``{"GET /v1/objects": [503, 503]}`` answers the first two object
 GETs with 503 (a route key is ``METHOD /path-prefix``; an entry of ``None`` answers normally).
 """
@@ -40,6 +42,8 @@ class FakeCoordinator:
     jobs: list[dict[str, Any]] = attrs.Factory(list)
     serves_answer: dict[str, Any] | None = None
     statuses: dict[str, list[int | None]] = attrs.Factory(dict)
+    disputes: list[dict[str, Any]] = attrs.Factory(list)
+    job_views: dict[str, dict[str, Any]] = attrs.Factory(dict)
     calls: list[Call] = attrs.Factory(list)
 
     def transport(self) -> httpx.MockTransport:
@@ -65,10 +69,36 @@ class FakeCoordinator:
         forced = self._forced(method, path)
         if forced is not None:
             return httpx.Response(forced, json={"detail": f"forced {forced}"})
-        return self._route(method, path, body)
+        return self._route(method, path, request.url.params, body)
 
-    def _route(self, method: str, path: str, body: Any) -> httpx.Response:
+    def _disputes(self, params: httpx.QueryParams) -> list[dict[str, Any]]:
+        out = []
+        for view in self.disputes:
+            if "state" in params and view["state"] != params["state"]:
+                continue
+            if "party" in params and params["party"] not in (view["miner"], view["auditor"]):
+                continue
+            if params.get("referee") == "1" and (view["state"], view["referee"] is None) != (
+                "open",
+                False,
+            ):
+                continue
+            out.append(view)
+        return out
+
+    def _route(
+        self, method: str, path: str, params: httpx.QueryParams, body: Any
+    ) -> httpx.Response:
         run_id = self.manifest.run_id()
+        if method == "GET" and path == f"/v1/runs/{run_id}/disputes":
+            return httpx.Response(200, json={"run_id": run_id, "disputes": self._disputes(params)})
+        if method == "POST" and path == f"/v1/runs/{run_id}/bisect":
+            dispute_id = body["body"]["dispute_id"]
+            return httpx.Response(200, json={"dispute_id": dispute_id, "seq": 1, "state": "open",
+                                             "stage": None, "referee": None})  # fmt: skip
+        if method == "POST" and path == f"/v1/runs/{run_id}/resolution":
+            answer = {k: body["body"][k] for k in ("dispute_id", "loser")}
+            return httpx.Response(200, json={**answer, "state": "resolved"})
         if method == "GET" and path == f"/v1/runs/{run_id}":
             envelope = seal(OWNER, "RunManifest", run_id, self.manifest, 2**40)
             return httpx.Response(200, json={"run_id": run_id, "manifest_envelope":
@@ -88,6 +118,10 @@ class FakeCoordinator:
         return httpx.Response(404, json={"detail": f"no route {method} {path}"})
 
     def _job_route(self, method: str, job_id: str, action: str, body: Any) -> httpx.Response:
+        if method == "GET" and action == "":
+            if job_id not in self.job_views:
+                return httpx.Response(404, json={"detail": "no such job"})
+            return httpx.Response(200, json=self.job_views[job_id])
         if method == "POST" and action == "heartbeat":
             return httpx.Response(200, json={"id": job_id, "lease_expires_round": 1000})
         if method == "GET" and action == "serves":
