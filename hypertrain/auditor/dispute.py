@@ -159,8 +159,8 @@ class DisputeView:
     miner: str = field(validator=ss58)
     auditor: str = field(validator=ss58)
     job_id: str = field(validator=text(64))
-    challenge_hash: str = field(validator=hex64)
     state: DisputeState
+    challenge_hash: str | None = field(default=None, validator=optional(hex64))
     first_bad_leaf: int | None = field(default=None, validator=optional(u_int))
     stage: StageView | None = None
     referee: RefereeView | None = None
@@ -239,9 +239,11 @@ def owed_ruling(view: DisputeView, me: str) -> RefereeCase | None:
 
 
 def check_job_of(view: DisputeView, job: AuditJob) -> None:
-    """DisputeError unless ``job`` is the disputed one (id, run, round, target, challenge)."""
+    """DisputeError unless ``job`` is the disputed one (id, run, round, target, and the
+    challenge when the view names it)."""
+    challenge = job.challenge_hash if view.challenge_hash is None else view.challenge_hash
     have = (job.id, job.run_id, job.w, job.target, job.challenge_hash)
-    want = (view.job_id, view.run_id, view.w, view.miner, view.challenge_hash)
+    want = (view.job_id, view.run_id, view.w, view.miner, challenge)
     if have != want:
         raise DisputeError(view.dispute_id, f"job {job.id} is not the disputed audit")
 
@@ -278,7 +280,7 @@ def start_blob_shas(view: DisputeView, job: AuditJob) -> list[str]:
         _leaf(view)
         return [job.theta_start_sha256]
     a, _ = disputed_window(view, job)
-    return [job.theta_start_sha256, *serve_blob_shas(_window_serves(job, a))]
+    return serve_blob_shas(_window_serves(job, a))
 
 
 @attrs.frozen(eq=False)
@@ -294,12 +296,11 @@ def recompute_start(view: DisputeView, job: AuditJob, blobs: Mapping[str, bytes]
     """The start of the recomputation (module docstring). ``blobs`` holds the blobs of
     :func:`start_blob_shas`; BadJob for a start theta that does not check, DisputeError for a
     served state that is missing or fails its checks."""
-    if job.theta_start_sha256 not in blobs:
-        raise DisputeError(view.dispute_id, "the start state was not fetched")
-    theta = start_theta(job, blobs[job.theta_start_sha256])
     if job.challenge.mode == "full":
         _leaf(view)
-        return RecomputeStart(0, TrainState(theta))
+        if job.theta_start_sha256 not in blobs:
+            raise DisputeError(view.dispute_id, "the start state was not fetched")
+        return RecomputeStart(0, TrainState(start_theta(job, blobs[job.theta_start_sha256])))
     a, b = disputed_window(view, job)
     found = check_serves(job, _window_serves(job, a), blobs, [(a, b)])
     if found.failure is not None:
