@@ -11,7 +11,11 @@ Pure (no trio, no httpx; tested synchronously on real CPU training):
 - :mod:`~hypertrain.auditor.checks`: BAD_PROOF, ASSIGNMENT_VIOLATION and WITHHELD checks;
 - :mod:`~hypertrain.auditor.verdict`: the spec's order, the replay comparison and delta
   rebuild, the sealed ReplayVerdict;
-- :mod:`~hypertrain.auditor.replayer`: the torch side of a replay (imports torch).
+- :mod:`~hypertrain.auditor.dispute`: a dispute as the auditor sees it: the view, the stage it
+  owes a Bisect for, the case it may referee, where its recomputation starts, the sealed
+  Bisect and Resolution;
+- :mod:`~hypertrain.auditor.replayer`: the torch side of a replay and of a dispute's
+  recomputation (imports torch).
 
 The Trio/HTTP shell:
 
@@ -20,17 +24,30 @@ The Trio/HTTP shell:
 - :mod:`~hypertrain.auditor.datacache`: the dataset cache under ``--data-dir``;
 - :mod:`~hypertrain.auditor.progress`: one line (or JSON object) per job;
 - :mod:`~hypertrain.auditor.worker`: lease -> heartbeat -> audit -> complete/fail;
+- :mod:`~hypertrain.auditor.casework`: the dispute loops, as a party and as a referee;
 - :mod:`~hypertrain.auditor.session`: :func:`run_auditor`, the composition root;
 - :mod:`~hypertrain.auditor.main`: the command line.
 """
 
+from hypertrain.auditor.casework import DisputeWorker
 from hypertrain.auditor.client import AuditorClient, ClientSettings
 from hypertrain.auditor.datacache import DatasetCache
+from hypertrain.auditor.dispute import (
+    DisputeView,
+    Recomputation,
+    Recomputer,
+    RecomputeStart,
+    owed_ruling,
+    owed_stage,
+    read_dispute,
+    recompute_start,
+)
 from hypertrain.auditor.errors import (
     ApiError,
     AuditorError,
     AuditorFatal,
     BadJob,
+    DisputeError,
     FetchFailed,
     JobFailed,
     LeaseLost,
@@ -38,7 +55,7 @@ from hypertrain.auditor.errors import (
     Unreachable,
 )
 from hypertrain.auditor.job import AuditJob, check_job, read_job
-from hypertrain.auditor.progress import JobReport, Progress
+from hypertrain.auditor.progress import DisputeReport, JobReport, Progress
 from hypertrain.auditor.session import Options, run_auditor
 from hypertrain.auditor.verdict import (
     Evidence,
@@ -63,6 +80,10 @@ __all__ = [
     "BadJob",
     "ClientSettings",
     "DatasetCache",
+    "DisputeError",
+    "DisputeReport",
+    "DisputeView",
+    "DisputeWorker",
     "Evidence",
     "FetchFailed",
     "JobFailed",
@@ -73,14 +94,21 @@ __all__ = [
     "Outcome",
     "Prepared",
     "Progress",
+    "Recomputation",
+    "RecomputeStart",
+    "Recomputer",
     "Replayed",
     "Replayer",
     "Unreachable",
     "WorkerSettings",
     "check_job",
     "decide",
+    "owed_ruling",
+    "owed_stage",
     "prepare",
+    "read_dispute",
     "read_job",
+    "recompute_start",
     "replay_outcome",
     "run_auditor",
     "seal_verdict",
