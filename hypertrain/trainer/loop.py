@@ -36,7 +36,7 @@ from hypertrain.trainer.leaves import (
     stage_states,
     theta_distance,
 )
-from hypertrain.trainer.optim import AdamWHyper, OptState, adamw_step, start_state
+from hypertrain.trainer.optim import AdamWHyper, OptState, adamw_step, opt_state
 from hypertrain.trainer.params import F32Array, param_shapes
 from hypertrain.trainer.schedule import inner_lr
 
@@ -125,8 +125,9 @@ class Stepper:
             n: torch.from_numpy(np.array(start.theta[n], dtype=np.float32)).requires_grad_(True)
             for n in shapes
         }
-        carried = (start.opt.m, start.opt.v, start.opt.step)
-        self.opt: OptState = start_state(inner, self.theta, carried)
+        # ``start`` is taken as it is: the state policy applies once, at the round start
+        # (:func:`round_start`); a state inside the round keeps its moments under ``reset`` too.
+        self.opt: OptState = opt_state(self.theta, start.opt.m, start.opt.v, start.opt.step)
         self.prev_leaf_theta = _np(self.theta)
         self.losses: list[float] = []
 
