@@ -8,8 +8,14 @@
    imported for the first time there, never before), exactly as the miner does: a process that
    cannot match the pinned env is refused;
 3. builds the :class:`~hypertrain.auditor.worker.AuditorWorker` (client, dataset cache under
-   ``data_dir``, replays in a worker thread) and runs one job (``once``) or the forever loop
-   until ``stop`` fires.
+   ``data_dir``, replays in a worker thread) and runs one job (``once``), or the forever loop
+   until ``stop`` fires, with the :class:`~hypertrain.auditor.casework.DisputeWorker`'s two
+   loops beside it (answering the disputes against its verdicts, refereeing the others; same
+   client, dataset cache and worker threads).
+
+``fault`` is for tests only (no command line or file reaches it): the auditor's audit replays
+and its answers as a dispute party both come from training with that one op miscomputed
+(:class:`~hypertrain.auditor.replayer.TorchReplayer`); its referee rulings stay honest.
 
 Fatal problems raise :class:`~hypertrain.auditor.errors.AuditorFatal` (the CLI prints one line
 and exits 2).
@@ -20,11 +26,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 import httpx
 import trio
 
+from hypertrain.auditor.casework import DisputeWorker
 from hypertrain.auditor.client import DEFAULT_SETTINGS, AuditorClient, ClientSettings
 from hypertrain.auditor.datacache import DatasetCache
 from hypertrain.auditor.errors import ApiError, AuditorFatal
@@ -36,6 +44,10 @@ from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import ReferenceEnv, RunManifest
 from hypertrain.trainer.errors import TrainerError
 from nurseries import RunSync
+
+if TYPE_CHECKING:  # torch: only after configure
+    from hypertrain.auditor.replayer import TorchReplayer
+    from hypertrain.trainer.fault import Fault
 
 __all__ = ["Options", "default_configure", "prepare_run", "run_auditor", "verify_manifest"]
 
@@ -91,6 +103,15 @@ async def prepare_run(
     return manifest
 
 
+def _replayers(fault: Fault | None) -> Callable[[], TorchReplayer]:
+    def make() -> TorchReplayer:
+        from hypertrain.auditor.replayer import TorchReplayer  # torch: only after configure
+
+        return TorchReplayer(fault=fault)
+
+    return make
+
+
 def _threaded() -> RunSync:
     # abandon_on_cancel: a shutdown does not wait for a replay in progress (the job is handed
     # back and the thread dies with the process)
@@ -107,24 +128,41 @@ async def run_auditor(
     settings: WorkerSettings = DEFAULT_WORKER_SETTINGS,
     client_settings: ClientSettings = DEFAULT_SETTINGS,
     run_sync: RunSync | None = None,
+    fault: Fault | None = None,
 ) -> int:
     """Audit (module docstring); returns the exit status: 0 a normal end (``stop``, or with
     ``once`` a verdict posted or nothing to do), 1 the one job failed or the coordinator was
-    unreachable. ``stop`` returns when the program should end (a shutdown signal)."""
+    unreachable. ``stop`` returns when the program should end (a shutdown signal). ``fault``:
+    tests only (module docstring)."""
     progress = progress or Progress(json_lines=options.json_lines)
     client = AuditorClient(
         options.api, options.token, transport=transport, settings=client_settings
     )
     try:
-        await prepare_run(client, options.run_id, options.keypair, configure)
+        manifest = await prepare_run(client, options.run_id, options.keypair, configure)
+        run_sync = run_sync or _threaded()
+        data = DatasetCache(options.data_dir, client.get_object)
+        replayer = _replayers(fault)
         worker = AuditorWorker(
             client=client,
             keypair=options.keypair,
             run_id=options.run_id,
-            data=DatasetCache(options.data_dir, client.get_object),
+            data=data,
             progress=progress,
             settings=settings,
-            run_sync=run_sync or _threaded(),
+            run_sync=run_sync,
+            replayer=replayer,
+        )
+        disputes = DisputeWorker(
+            client=client,
+            keypair=options.keypair,
+            manifest=manifest,
+            data=data,
+            progress=progress,
+            party=replayer,
+            referee=_replayers(None),
+            settings=settings,
+            run_sync=run_sync,
         )
         status: list[int] = []
         async with trio.open_nursery() as nursery:
@@ -138,6 +176,8 @@ async def run_auditor(
             if options.once:
                 status.append(await _once(worker, progress))
             else:
+                nursery.start_soon(disputes.run_party, name="auditor disputes: party")
+                nursery.start_soon(disputes.run_referee, name="auditor disputes: referee")
                 await worker.run()
             nursery.cancel_scope.cancel()
         return status[0] if status else 0
