@@ -307,3 +307,55 @@ async def test_who_may_dispute_what(tmp_path: Path, autojump_clock: trio.testing
         assert stored.status_code == 200, stored.text
         assert stored.json()["state"] == "done"
         assert stored.json()["leaves"] == [d.hex() for d in digests(a.run_id, MINER)]
+
+
+async def test_a_disputed_start_or_full_agreement_goes_to_the_referee(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_runs(tmp_path) as hs:
+        a = await uploaded_round(hs, body=TWO_AUDITORS)
+        did = await _contested(a)
+        view = await _both(a, did, [h("m0"), h("1"), h("2")], [h("a0"), h("1"), h("2")])
+        case = view["referee"]
+        assert (case["kind"], case["op_spec"], case["point"]["t"]) == ("start", "step=0", 0)
+        assert (case["miner_hash"], case["auditor_hash"]) == (h("m0"), h("a0"))
+        assert view["stage"] is None
+
+    async with open_runs(tmp_path / "again") as hs:
+        a = await uploaded_round(hs, body=TWO_AUDITORS)
+        did = await _contested(a)
+        same = [h("s0"), h("s1"), h("s2")]
+        case = (await _both(a, did, same, same))["referee"]
+        # every state agrees: the leaf differs in something else, the referee rebuilds it
+        assert (case["kind"], case["op_spec"], case["leaf"]) == ("leaf", "leaf=1", 1)
+        assert case["inputs_hash"] == inputs_hash(None, None)
+
+
+async def test_unknown_disputes_and_jobs_are_404(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_runs(tmp_path) as hs:
+        a = await uploaded_round(hs, body=TWO_AUDITORS)
+        r = await a.h.client.get(f"/v1/runs/{a.run_id}/disputes/{h('none')}")
+        assert r.status_code == 404
+        r = await a.h.client.get(f"/v1/runs/{a.run_id}/disputes/nothex")
+        assert r.status_code == 400
+        r = await a.h.client.get("/v1/worker/jobs/a_0000000000000000", headers=WORKER)
+        assert r.status_code == 404
+        stage = {"level": "step", "interval": [0, 2], "N": 2}
+        r = await a.flow.post("bisect", _bisect(a, MINER, h("none"), stage, [h("1")] * 3))
+        assert r.status_code == 404
+
+
+async def test_a_malformed_lease_or_dispute_id_in_the_url_is_a_400_not_a_500(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_runs(tmp_path) as hs:
+        a = await uploaded_round(hs, body=TWO_AUDITORS)
+        job = (await a.job_of(MINER))["id"]
+        r = await a.h.client.get(f"/v1/worker/jobs/{job}/serves?lease=nope", headers=WORKER)
+        assert r.status_code == 400
+        assert r.json()["detail"].startswith("lease: must be a lease token")
+        r = await a.h.client.get(f"/v1/runs/{a.run_id}/disputes/{'A' * 64}")
+        assert r.status_code == 400
+        assert r.json()["detail"].startswith("dispute_id:")

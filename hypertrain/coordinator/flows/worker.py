@@ -421,4 +421,4 @@ def expire_leases(conn: sqlite3.Connection) -> list[dict[str, Any]]:
 
 def check_lease_token(value: str) -> None:
     """400 unless ``value`` (the ``lease`` query parameter) is a lease token."""
-    lease_token.check("lease", value)
+    lease_token.check_param("lease", value)

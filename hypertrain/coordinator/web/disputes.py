@@ -93,7 +93,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         return json_response(await ctx.db.read(listed, run_id))
 
     async def one(run_id: str, dispute_id: str) -> Response:
-        hex64.check("dispute_id", dispute_id)
+        hex64.check_param("dispute_id", dispute_id)
         return json_response(await ctx.db.read(get_dispute_view, run_id, dispute_id))
 
     runs = "/v1/runs/<run_id>"
