@@ -359,3 +359,18 @@ async def test_a_malformed_lease_or_dispute_id_in_the_url_is_a_400_not_a_500(
         r = await a.h.client.get(f"/v1/runs/{a.run_id}/disputes/{'A' * 64}")
         assert r.status_code == 400
         assert r.json()["detail"].startswith("dispute_id:")
+
+
+async def test_a_single_auditor_run_cannot_referee_so_a_contest_is_refused(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_runs(tmp_path) as hs:
+        a = await uploaded_round(hs)  # BODY names one auditor
+        verdict = await _mismatch(a)
+        job = await a.job_of(MINER)
+        assert await _rerun(a, MINER, _committed_root(a, verdict, job)) == "CONTEST"
+        r = await a.flow.post("dispute", _dispute(a, verdict, "contest"))
+        assert r.status_code == 409
+        assert "single auditor" in r.json()["detail"]
+        r = await a.flow.post("dispute", _dispute(a, verdict, "accept"))
+        assert r.status_code == 200, r.text

@@ -7,7 +7,9 @@ coordinator's bookkeeping around it, one write transaction per function:
   fault verdicts by ``verdict_hash`` (404 otherwise). One dispute per verdict (409), and only
   while the miner's status is still that fault (409: a TRANSIENT rerun already forgave it).
   ``accept`` records the fault as accepted. ``contest`` needs the miner's rerun classified
-  ``CONTEST`` (409) and a verdict with a leaf to bisect from (``first_bad_leaf >= 1``; 409):
+  ``CONTEST`` (409), a verdict with a replayed leaf to bisect from (``first_bad_leaf >= 1``
+  and, in segments mode, inside a challenged window: a leaf a cheap check found has nothing to
+  bisect; 409) and a second auditor to referee (409 in a single-auditor run):
   the dispute opens at :func:`~hypertrain.rounds.bisection.first_stage` with a deadline of
   ``dispute_per_level`` drand rounds, and the round's state becomes DISPUTE.
 - :func:`post_bisect`: a Bisect envelope from a party (the miner or the disputed auditor; 403
@@ -67,7 +69,14 @@ from hypertrain.protocol.errors import (
 from hypertrain.protocol.jcs import body_digest
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
-from hypertrain.protocol.messages import Bisect, Dispute, Forfeit, ReplayVerdict, Resolution
+from hypertrain.protocol.messages import (
+    AuditChallenge,
+    Bisect,
+    Dispute,
+    Forfeit,
+    ReplayVerdict,
+    Resolution,
+)
 from hypertrain.rounds.bisection import (
     Party,
     Point,
@@ -279,6 +288,11 @@ def post_dispute(conn: sqlite3.Connection, run_id: str, raw: object) -> tuple[Ev
         k = verdict.first_bad_leaf
         if k is None or k < 1:
             raise Conflict("the verdict names no leaf after the start to bisect from")
+        challenge = structure(AuditChallenge, job.challenge_json()["body"])
+        if challenge.mode == "segments" and not any(a < k <= b for a, b in challenge.segments):
+            raise Conflict(f"leaf {k} was found by a check, not by a replayed window: no bisection")
+        if len(manifest.auditors) < 2:
+            raise Conflict("the run has a single auditor: no one can referee a dispute")
         stage = first_stage(k, manifest.inner.J, manifest.model.n_layers, ARITY)
     record_seen(conn, verified.replay_key, d)
     row = DisputeRow(
