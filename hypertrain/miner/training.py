@@ -21,6 +21,7 @@ import trio
 
 from hypertrain.miner.honeypot import HoneypotMode, fabricated_start, perturb_after_step
 from hypertrain.protocol.manifest import RunManifest
+from hypertrain.trainer.fault import Fault
 from hypertrain.trainer.loop import (
     Moments,
     RoundResult,
@@ -50,16 +51,18 @@ async def train_round_async(
     mode: HoneypotMode = HoneypotMode.HONEST,
     on_step: StepCallback | None = None,
     keep_leaf_states: bool = False,
+    fault: Fault | None = None,
 ) -> RoundResult:
-    """Train round ``w`` (see :func:`hypertrain.trainer.loop.train_round`) in ``mode``."""
+    """Train round ``w`` (see :func:`hypertrain.trainer.loop.train_round`) in ``mode``;
+    ``fault`` (tests only, :mod:`hypertrain.trainer.fault`) miscomputes one op."""
     inner = manifest.inner
     honest = round_start(manifest, theta_start, opt_state_in)
-    stepper = Stepper(manifest, run_id, w, sample_ids, samples, honest)
+    stepper = Stepper(manifest, run_id, w, sample_ids, samples, honest, fault)
     leaves = [stepper.leaf()]
     states = [stepper.state()] if keep_leaf_states else []
     if mode is HoneypotMode.FABRICATE:
         fake = StateAt(t=0, theta=fabricated_start(theta_start), opt=honest.opt)
-        stepper = Stepper(manifest, run_id, w, sample_ids, samples, fake)
+        stepper = Stepper(manifest, run_id, w, sample_ids, samples, fake, fault)
     for t in range(1, inner.H + 1):
         stepper.step()
         perturb_after_step(mode, t, inner.H, stepper.theta)

@@ -141,9 +141,17 @@ class Check:
         self.check(attribute.name, value)
 
     def check(self, name: str, value: object) -> None:
-        """Raise :class:`FieldError` for ``name`` unless ``value`` passes."""
+        """Raise :class:`FieldError` for ``name`` unless ``value`` passes (validators inside a
+        body, where the converter turns it into a 400 naming the field's path)."""
         if not self.test(value):
             raise FieldError(name, f"{self.reason}, got {_show(value)}")
+
+    def check_param(self, name: str, value: object) -> None:
+        """Check a value a peer sent outside a body (a path segment, a query parameter):
+        :class:`~hypertrain.protocol.errors.Malformed`, a 400 naming ``name``, unless it
+        passes. (A bare FieldError there would be an unexpected error: a 500.)"""
+        if not self.test(value):
+            raise Malformed(f"{name}: {self.reason}, got {_show(value)}")
 
 
 hex64: Final = Check(is_hex64, "must be 64 lowercase hex chars")

@@ -33,7 +33,8 @@ Each party publishes the ``N + 1`` hashes at ``p_j = a + ceil(j (b - a) / N)``
   interval of length 1 descends (:func:`first_stage` and ``_settle``): a step ``[t-1, t]`` opens
   the layer level of step ``t`` on ``[0, n_layers + 1]``; a layer ``[l, l+1]`` the op level of
   layer ``l`` on ``[0, len(ops(l))]``; an op ``[k-1, k]`` goes to the referee
-  (``kind = "op"``) with the agreed input point ``k - 1``;
+  (``kind = "op"``, ``op_spec`` naming op ``ops(l)[k - 1]``, ``update`` included) with the
+  agreed input point ``k - 1``;
 - every hash equal: the parties agree on every state of the step interval, so the disputed leaf
   differs in something else (its loss, norm, batch ids or rng counter): the referee rebuilds
   the leaf (``kind = "leaf"``).
@@ -292,10 +293,13 @@ def advance(
     if isinstance(settled, Stage):
         return settled
     point, agreed = pts[j], pts[j - 1]
+    assert stage.t is not None
+    assert stage.layer is not None
+    name = layer_ops(n_layers, stage.layer)[b - 1]  # update's point is the step point: name it
     return RefereeCase(
         "op",
         point,
-        op_spec(n_layers, point),
+        f"step={stage.t};layer={stage.layer};op={name}",
         miner[j],
         auditor[j],
         agreed=agreed,

@@ -58,7 +58,8 @@ class MinerStatus(enum.StrEnum):
     ``ASSIGNED`` at RoundOpen, ``ACCEPTED`` after Accept, ``COMMITTED`` / ``EXCLUDED`` after
     Commit (excluded when received at or after ``d_audit``), ``UPLOADED`` after DeltaManifest,
     then the audit verdict (``MATCH`` or one of :data:`FAULT_STATUSES`), or ``TRANSIENT`` set by
-    the rerun route.
+    the rerun route; a dispute the miner wins makes it ``MATCH``, one it loses
+    ``DISPUTE_LOST``.
     """
 
     ASSIGNED = "ASSIGNED"
@@ -72,6 +73,7 @@ class MinerStatus(enum.StrEnum):
     BAD_PROOF = "BAD_PROOF"
     ASSIGNMENT_VIOLATION = "ASSIGNMENT_VIOLATION"
     TRANSIENT = "TRANSIENT"
+    DISPUTE_LOST = "DISPUTE_LOST"
 
 
 FAULT_STATUSES: Final = frozenset(
@@ -80,6 +82,7 @@ FAULT_STATUSES: Final = frozenset(
         MinerStatus.WITHHELD,
         MinerStatus.BAD_PROOF,
         MinerStatus.ASSIGNMENT_VIOLATION,
+        MinerStatus.DISPUTE_LOST,
     }
 )
 """Verdicts that blacklist the miner and seal a provisional Forfeit (spec 6.3)."""

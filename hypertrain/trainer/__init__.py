@@ -12,8 +12,10 @@ modules are imported explicitly after it::
 Modules: ``determinism`` (process setup and live checks), ``philox`` (Philox4x32-10 streams),
 ``params`` (names, shapes, init, ``init_state_hash``), ``model`` (functional forward and loss),
 ``schedule`` (WSD learning rate), ``optim`` (fixed-order AdamW), ``leaves`` (preimages, digests,
-roots), ``loop`` (``train_round``, ``Stepper``), ``replay`` (segment replay), ``codec`` (delta
-payloads), ``state`` (state blobs), ``errors``.
+roots), ``loop`` (``train_round``, ``Stepper``), ``replay`` (segment replay), ``trace`` (a
+step's dispute hashes), ``recompute`` (a party's recomputation for a dispute, and the referee),
+``fault`` (test-only fault injection), ``codec`` (delta payloads), ``state`` (state blobs),
+``errors``.
 """
 
 from hypertrain.trainer.determinism import check_live, configure

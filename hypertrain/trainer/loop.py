@@ -28,6 +28,7 @@ from hypertrain.protocol.manifest import RunManifest
 from hypertrain.rounds.assignment import step_ids, window_ids
 from hypertrain.trainer import model as model_fn
 from hypertrain.trainer.determinism import check_live
+from hypertrain.trainer.fault import UPDATE_OP, Fault, check_fault, nudge_in_place, nudged
 from hypertrain.trainer.leaves import (
     Leaf,
     build_leaf,
@@ -36,12 +37,13 @@ from hypertrain.trainer.leaves import (
     stage_states,
     theta_distance,
 )
-from hypertrain.trainer.optim import AdamWHyper, OptState, adamw_step, start_state
+from hypertrain.trainer.optim import AdamWHyper, OptState, adamw_step, opt_state
 from hypertrain.trainer.params import F32Array, param_shapes
 from hypertrain.trainer.schedule import inner_lr
 
 __all__ = [
     "Moments",
+    "Observe",
     "RoundResult",
     "SampleSource",
     "StateAt",
@@ -54,6 +56,11 @@ __all__ = [
 SampleSource = np.ndarray[Any, Any] | Callable[[Sequence[int]], np.ndarray[Any, Any]]
 """Token rows in assignment order (``[B, seq_len+1]``, row ``i`` = sample ``samples[i]``), or a
 loader mapping a list of sample ids to their rows."""
+
+
+Observe = Callable[[int, int, str, torch.Tensor], None]
+"""``observe(micro, layer, op, out)``: sees op ``op`` of ``layer`` in micro-batch ``micro``
+(:func:`hypertrain.trainer.model.forward`'s names), the tensor the forward goes on with."""
 
 
 @attrs.frozen
@@ -104,10 +111,14 @@ class Stepper:
         sample_ids: Sequence[int],
         samples: SampleSource,
         start: StateAt,
+        fault: Fault | None = None,
     ) -> None:
         check_live(manifest.reference_spec.env)
         self.manifest, self.run_id, self.w = manifest, run_id, w
         inner, model = manifest.inner, manifest.model
+        if fault is not None:
+            check_fault(fault, model.n_layers, inner.H)
+        self.fault = fault
         self.hyper = AdamWHyper.from_inner(inner)
         self.per_step = inner.micro_batch * inner.grad_accum
         if len(sample_ids) != self.per_step * inner.H:
@@ -125,8 +136,9 @@ class Stepper:
             n: torch.from_numpy(np.array(start.theta[n], dtype=np.float32)).requires_grad_(True)
             for n in shapes
         }
-        carried = (start.opt.m, start.opt.v, start.opt.step)
-        self.opt: OptState = start_state(inner, self.theta, carried)
+        # ``start`` is taken as it is: the state policy applies once, at the round start
+        # (:func:`round_start`); a state inside the round keeps its moments under ``reset`` too.
+        self.opt: OptState = opt_state(self.theta, start.opt.m, start.opt.v, start.opt.step)
         self.prev_leaf_theta = _np(self.theta)
         self.losses: list[float] = []
 
@@ -134,6 +146,12 @@ class Stepper:
         """A copy of the current state."""
         m, v = _np(self.opt.m), _np(self.opt.v)
         return StateAt(t=self.t, theta=_np(self.theta), opt=Moments(m=m, v=v, step=self.opt.step))
+
+    def micro_batches(self, t: int) -> list[torch.Tensor]:
+        """The token rows of step ``t`` as its ``grad_accum`` micro-batches (int64 ``[mb,
+        seq_len+1]`` each, in order)."""
+        rows, mb = self._rows(t), self.manifest.inner.micro_batch
+        return [rows[j * mb : (j + 1) * mb] for j in range(self.manifest.inner.grad_accum)]
 
     def _rows(self, t: int) -> torch.Tensor:
         ids = step_ids(self.sample_ids, t, self.per_step)
@@ -148,18 +166,17 @@ class Stepper:
             raise ValueError(f"step {t}: a token id is outside [0, {model.vocab})")
         return torch.from_numpy(rows.astype(np.int64))
 
-    def step(self) -> None:
-        """One inner step (module docstring)."""
+    def step(self, observe: Observe | None = None) -> None:
+        """One inner step (module docstring), with the fault applied when it is this step's;
+        ``observe`` sees every op output of the forward (after the fault)."""
         inner = self.manifest.inner
         t = self.t + 1
-        rows = self._rows(t)
         names = list(self.theta)
         params = [self.theta[n] for n in names]
         total: list[torch.Tensor] | None = None
         ce_sum = 0.0
-        for j in range(inner.grad_accum):
-            mb = rows[j * inner.micro_batch : (j + 1) * inner.micro_batch]
-            ce = model_fn.loss(self.theta, mb, self.manifest.model)
+        for j, mb in enumerate(self.micro_batches(t)):
+            ce = model_fn.forward(self.theta, mb, self.manifest.model, self._tap(t, j, observe))
             grads = torch.autograd.grad(ce / inner.grad_accum, params)
             total = (
                 list(grads) if total is None else [a + b for a, b in zip(total, grads, strict=True)]
@@ -168,8 +185,26 @@ class Stepper:
         assert total is not None  # grad_accum >= 1
         lr = inner_lr(inner, self.w, t)
         adamw_step(self.theta, dict(zip(names, total, strict=True)), self.opt, lr, self.hyper)
+        if self.fault is not None and self.fault.hits(t, self.manifest.model.n_layers, UPDATE_OP):
+            nudge_in_place(self.theta[min(self.theta)], self.fault.index)
         self.losses.append(ce_sum / inner.grad_accum)
         self.t = t
+
+    def _tap(self, t: int, micro: int, observe: Observe | None) -> model_fn.Tap | None:
+        """The forward's tap for micro-batch ``micro`` of step ``t``; None (the plain training
+        forward) when there is nothing to perturb or observe."""
+        fault = self.fault if micro == 0 and self.fault is not None and self.fault.t == t else None
+        if fault is None and observe is None:
+            return None
+
+        def tap(layer: int, op: str, out: torch.Tensor) -> torch.Tensor:
+            if fault is not None and fault.hits(t, layer, op):
+                out = nudged(out, fault.index)
+            if observe is not None:
+                observe(micro, layer, op, out)
+            return out
+
+        return tap
 
     def leaf(self) -> Leaf:
         """The leaf at the current step; resets the reference theta of the next leaf's norm."""
@@ -208,15 +243,17 @@ def train_round(
     opt_state_in: Moments | None = None,
     *,
     keep_leaf_states: bool = False,
+    fault: Fault | None = None,
 ) -> RoundResult:
     """Train round ``w`` from ``theta_start`` (module docstring).
 
     ``opt_state_in`` is the miner's own previous round-end state under ``carry`` (None: reset
     state, as in round 0); it is ignored under ``reset``. ``keep_leaf_states`` keeps the state at
-    every leaf (what a miner serves to segment audits).
+    every leaf (what a miner serves to segment audits). ``fault`` (tests only,
+    :mod:`hypertrain.trainer.fault`) miscomputes one op.
     """
     start = round_start(manifest, theta_start, opt_state_in)
-    stepper = Stepper(manifest, run_id, w, sample_ids, samples, start)
+    stepper = Stepper(manifest, run_id, w, sample_ids, samples, start, fault)
     leaves = [stepper.leaf()]
     states = [stepper.state()] if keep_leaf_states else []
     for t in range(1, manifest.inner.H + 1):

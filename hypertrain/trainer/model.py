@@ -26,12 +26,16 @@ embedding row is the left-to-right float32 sum of its occurrences in token order
 thread count.
 
 No fused attention or other kernel that picks an algorithm at run time is used.
+
+:func:`forward` is the one forward: :func:`loss` is it without a tap, and a dispute's trace
+(:mod:`hypertrain.trainer.trace`) is it with a tap that hashes (and, in tests, perturbs) every
+op output, so the traced forward is the training forward bit for bit.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -41,7 +45,7 @@ import torch.nn.functional as F  # noqa: N812
 from hypertrain.protocol.manifest import ModelSpec
 from hypertrain.trainer.params import check_supported, head_dim, layer_name
 
-__all__ = ["RMS_EPS", "embed", "loss", "rms_norm", "rope_tables"]
+__all__ = ["RMS_EPS", "Tap", "embed", "forward", "loss", "rms_norm", "rope_tables"]
 
 RMS_EPS = 1e-6
 
@@ -119,21 +123,55 @@ def _attention(
     return out @ p[layer_name(i, "wo")]
 
 
-def loss(
-    params: Mapping[str, torch.Tensor], tokens: torch.Tensor, model: ModelSpec
+Tap = Callable[[int, str, torch.Tensor], torch.Tensor]
+"""``tap(layer, op, out) -> out'``: sees (and may replace) the output of every op of the
+forward (:func:`forward`); what it returns is what the rest of the forward uses."""
+
+
+def _untapped(layer: int, op: str, out: torch.Tensor) -> torch.Tensor:
+    return out
+
+
+def forward(
+    params: Mapping[str, torch.Tensor],
+    tokens: torch.Tensor,
+    model: ModelSpec,
+    tap: Tap | None = None,
 ) -> torch.Tensor:
-    """Mean next-token cross-entropy (a 0-d float32 tensor) of ``tokens`` ``[B, T+1]``."""
+    """The loss of ``tokens`` ``[B, T+1]`` (as :func:`loss`), calling ``tap`` on each op output.
+
+    The ops, named as the bisection names them (:func:`hypertrain.rounds.bisection.layer_ops`):
+    layer 0 starts with ``embed``; each layer ``i`` has ``attn_norm``, ``attn`` (the attention
+    output after ``wo``, before the residual add), ``attn_residual``, ``mlp_norm``, ``mlp``
+    (``(silu(h @ w1) * (h @ w3)) @ w2``) and ``mlp_residual``; the tail "layer" ``n_layers`` has
+    ``final_norm``, ``head`` (the logits) and ``loss`` (the 0-d mean cross-entropy, which is
+    also the result). Without a tap this is exactly :func:`loss`'s arithmetic.
+    """
     check_supported(model)
     if tokens.dim() != 2 or tokens.shape[1] < 2 or tokens.dtype != torch.int64:
         raise ValueError(f"tokens must be int64 [B, T+1], got {tokens.dtype} {tuple(tokens.shape)}")
+    op = _untapped if tap is None else tap
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     tables = rope_tables(inputs.shape[1], head_dim(model), model.rope_theta)
-    x = embed(params["emb.weight"], inputs)
+    x = op(0, "embed", embed(params["emb.weight"], inputs))
     for i in range(model.n_layers):
-        h = rms_norm(x, params[layer_name(i, "attn_norm")])
-        x = x + _attention(params, i, h, model, tables)
-        h = rms_norm(x, params[layer_name(i, "mlp_norm")])
+        h = op(i, "attn_norm", rms_norm(x, params[layer_name(i, "attn_norm")]))
+        attn = op(i, "attn", _attention(params, i, h, model, tables))
+        x = op(i, "attn_residual", x + attn)
+        h = op(i, "mlp_norm", rms_norm(x, params[layer_name(i, "mlp_norm")]))
         gate = F.silu(h @ params[layer_name(i, "w1")])
-        x = x + (gate * (h @ params[layer_name(i, "w3")])) @ params[layer_name(i, "w2")]
-    logits = rms_norm(x, params["norm.weight"]) @ params["head.weight"]
-    return F.cross_entropy(logits.reshape(-1, model.vocab), targets.reshape(-1))
+        mlp = op(i, "mlp", (gate * (h @ params[layer_name(i, "w3")])) @ params[layer_name(i, "w2")])
+        x = op(i, "mlp_residual", x + mlp)
+    tail = model.n_layers
+    normed = op(tail, "final_norm", rms_norm(x, params["norm.weight"]))
+    logits = op(tail, "head", normed @ params["head.weight"])
+    ce = F.cross_entropy(logits.reshape(-1, model.vocab), targets.reshape(-1))
+    return op(tail, "loss", ce)
+
+
+def loss(
+    params: Mapping[str, torch.Tensor], tokens: torch.Tensor, model: ModelSpec
+) -> torch.Tensor:
+    """Mean next-token cross-entropy (a 0-d float32 tensor) of ``tokens`` ``[B, T+1]``: the
+    untapped :func:`forward`."""
+    return forward(params, tokens, model)

@@ -40,6 +40,7 @@ __all__ = [
     "check_policy",
     "f32",
     "global_grad_norm",
+    "opt_state",
     "start_state",
 ]
 
@@ -103,7 +104,17 @@ def start_state(
     if inner.state_policy == "reset" or carried is None:
         zeros = {n: torch.zeros_like(p) for n, p in theta.items()}
         return OptState(m=zeros, v={n: z.clone() for n, z in zeros.items()}, step=0)
-    m, v, step = carried
+    return opt_state(theta, *carried)
+
+
+def opt_state(
+    theta: Mapping[str, torch.Tensor],
+    m: Mapping[str, F32Array],
+    v: Mapping[str, F32Array],
+    step: int,
+) -> OptState:
+    """``(m, v, step)`` as the optimizer state of ``theta``, as given (a state inside a round,
+    where the policy no longer applies); ValueError when names or shapes differ from theta's."""
     for name, p in theta.items():
         for what, moments in (("m", m), ("v", v)):
             if name not in moments or tuple(moments[name].shape) != tuple(p.shape):

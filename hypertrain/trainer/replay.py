@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import attrs
 
 from hypertrain.protocol.manifest import RunManifest
+from hypertrain.trainer.fault import Fault
 from hypertrain.trainer.leaves import Leaf
 from hypertrain.trainer.loop import SampleSource, StateAt, Stepper
 
@@ -44,11 +45,13 @@ def replay(
     b: int,
     sample_ids: Sequence[int],
     samples: SampleSource,
+    fault: Fault | None = None,
 ) -> Segment:
     """Leaves ``a+1 .. b`` of round ``w`` recomputed from ``state_a`` (module docstring).
 
     ``state_a.t`` must be ``a*J``; ``sample_ids``/``samples`` are the whole round's, in
-    assignment order.
+    assignment order. ``fault`` (tests only, :mod:`hypertrain.trainer.fault`) miscomputes one
+    op.
     """
     inner = manifest.inner
     n_last = inner.H // inner.J
@@ -56,7 +59,7 @@ def replay(
         raise ValueError(f"segment [{a}, {b}] is not inside leaves 0..{n_last}")
     if state_a.t != a * inner.J:
         raise ValueError(f"the state is at t={state_a.t}, leaf {a} is at t={a * inner.J}")
-    stepper = Stepper(manifest, run_id, w, sample_ids, samples, state_a)
+    stepper = Stepper(manifest, run_id, w, sample_ids, samples, state_a, fault)
     leaves: list[Leaf] = []
     states: list[StateAt] = []
     for _ in range(a * inner.J, b * inner.J):

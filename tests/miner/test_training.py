@@ -11,6 +11,7 @@ from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.training import train_round_async
 from hypertrain.protocol.manifest import RunManifest
 from hypertrain.protocol.tensorhash import th_hex
+from hypertrain.trainer.fault import Fault
 from hypertrain.trainer.leaves import stage_states
 from hypertrain.trainer.loop import RoundResult, StateAt, train_round
 from hypertrain.trainer.params import init_params
@@ -100,3 +101,19 @@ async def test_a_honeypot_keeps_the_states_its_leaves_were_built_from(
     assert _packed(cheat.leaf_states[-1]) == pack_state(
         cheat.theta_end, cheat.opt_state_out.m, cheat.opt_state_out.v, cheat.opt_state_out.step
     )
+
+
+async def test_a_fault_trains_as_train_round_does(manifest: RunManifest) -> None:
+    ids, rows = synthetic_round(manifest, seed=5)
+    theta0, fault = init_params(manifest.model), Fault(3, manifest.model.n_layers, "update", 2)
+    want = train_round(manifest, RUN_ID, 0, theta0, ids, rows, fault=fault)
+    got = await train_round_async(manifest, RUN_ID, 0, theta0, ids, rows, fault=fault)
+    assert got.leaves_root == want.leaves_root
+    assert th_hex(got.theta_end) == th_hex(want.theta_end)
+    honest = train_round(manifest, RUN_ID, 0, theta0, ids, rows)
+    assert [a.digest == b.digest for a, b in zip(got.leaves, honest.leaves, strict=True)] == [
+        True,
+        True,
+        False,
+        False,
+    ]

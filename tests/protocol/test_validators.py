@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hypertrain.protocol.converter import field_errors, structure, unstructure
-from hypertrain.protocol.errors import SchemaError
+from hypertrain.protocol.errors import Malformed, SchemaError
 from hypertrain.protocol.jcs import MAX_SAFE_INT
 from hypertrain.protocol.messages import Bisect, Chunk, Commit
 from hypertrain.protocol.ss58 import ss58_encode
@@ -60,6 +60,9 @@ def test_checks(check: Check, good: list[object], bad: list[object]) -> None:
             check.check("f", value)
         assert info.value.field == "f"
         assert info.value.reason.startswith(check.reason)
+        with pytest.raises(Malformed) as param:  # outside a body: a 400 naming it
+            check.check_param("f", value)
+        assert param.value.detail.startswith(f"f: {check.reason}")
 
 
 @given(st.integers())

@@ -173,12 +173,14 @@ def test_miner_statuses() -> None:
         "BAD_PROOF",
         "ASSIGNMENT_VIOLATION",
         "TRANSIENT",
+        "DISPUTE_LOST",
     ]
     assert {s.value for s in FAULT_STATUSES} == {
         "MISMATCH",
         "WITHHELD",
         "BAD_PROOF",
         "ASSIGNMENT_VIOLATION",
+        "DISPUTE_LOST",
     }
 
 

@@ -10,7 +10,9 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from hypertrain.protocol.manifest import RunManifest
-from hypertrain.trainer.model import embed, loss, rms_norm, rope_tables
+from hypertrain.protocol.tensorhash import th_hex
+from hypertrain.rounds.bisection import layer_ops
+from hypertrain.trainer.model import embed, forward, loss, rms_norm, rope_tables
 from hypertrain.trainer.params import init_params
 
 
@@ -83,3 +85,62 @@ def test_gradients_reach_every_parameter(manifest: RunManifest) -> None:
     value = loss(params, _tokens(manifest, 2, 2), manifest.model)
     grads = torch.autograd.grad(value, list(params.values()))
     assert all(float(g.abs().sum()) > 0 for g in grads)
+
+
+PINNED_LOSS_F32 = "79808540"
+PINNED_GRADS_TH = "65503264d484520d32c97d00e8c698c4c17fe90d10035c4ae1fabf4e69fb0c7b"
+"""The loss and the TH of its gradients at init for seed-11 tokens ``[3, 17]`` (the tiny
+manifest), as the decoder computed them before it had a tap."""
+
+
+def _pinned_inputs(manifest: RunManifest) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    return _params(manifest), _tokens(manifest, 3, 11)
+
+
+def _loss_and_grads(params: dict[str, torch.Tensor], value: torch.Tensor) -> tuple[str, str]:
+    grads = torch.autograd.grad(value, list(params.values()))
+    loss_hex = np.asarray(value.detach().numpy(), dtype="<f4").tobytes().hex()
+    return loss_hex, th_hex(dict(zip(params, grads, strict=True)))
+
+
+def test_loss_is_pinned_bit_for_bit(manifest: RunManifest) -> None:
+    params, tokens = _pinned_inputs(manifest)
+    got = _loss_and_grads(params, loss(params, tokens, manifest.model))
+    assert got == (PINNED_LOSS_F32, PINNED_GRADS_TH)
+
+
+def test_an_identity_tap_sees_every_op_in_order_and_changes_nothing(
+    manifest: RunManifest,
+) -> None:
+    params, tokens = _pinned_inputs(manifest)
+    seen: list[tuple[int, str, tuple[int, ...]]] = []
+
+    def tap(layer: int, op: str, out: torch.Tensor) -> torch.Tensor:
+        seen.append((layer, op, tuple(out.shape)))
+        return out
+
+    value = forward(params, tokens, manifest.model, tap)
+    assert _loss_and_grads(params, value) == (PINNED_LOSS_F32, PINNED_GRADS_TH)
+    n, (b, t, d) = manifest.model.n_layers, (3, manifest.model.seq_len, manifest.model.d_model)
+    assert [(layer, op) for layer, op, _ in seen] == [
+        (layer, op) for layer in range(n + 1) for op in layer_ops(n, layer) if op != "update"
+    ]
+    shapes = {op: shape for _, op, shape in seen}
+    assert shapes["embed"] == shapes["attn"] == shapes["mlp_residual"] == (b, t, d)
+    assert shapes["head"] == (b, t, manifest.model.vocab)
+    assert shapes["loss"] == ()
+
+
+def test_what_a_tap_returns_is_what_the_forward_uses(manifest: RunManifest) -> None:
+    """Zeroing layer 0's attention output leaves its residual equal to the embedding."""
+    params, tokens = _pinned_inputs(manifest)
+    residual: list[torch.Tensor] = []
+
+    def no_attention(layer: int, op: str, out: torch.Tensor) -> torch.Tensor:
+        if (layer, op) == (0, "attn_residual"):
+            residual.append(out)
+        return torch.zeros_like(out) if (layer, op) == (0, "attn") else out
+
+    value = forward(params, tokens, manifest.model, no_attention)
+    assert torch.equal(residual[0], embed(params["emb.weight"], tokens[:, :-1]))
+    assert not torch.equal(value, loss(params, tokens, manifest.model))

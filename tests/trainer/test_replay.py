@@ -36,6 +36,19 @@ def test_every_segment_replays_exactly(manifest: RunManifest) -> None:
                 assert th_hex(got.opt.v) == th_hex(want.opt.v)
 
 
+def test_a_segment_under_reset_keeps_the_served_moments(manifest: RunManifest) -> None:
+    """``reset`` zeroes the moments at the round start only: a window replayed from a leaf
+    inside the round continues with that leaf's m, v and step."""
+    reset = attrs.evolve(manifest, inner=attrs.evolve(manifest.inner, state_policy="reset"))
+    ids, rows = synthetic_round(reset, 10)
+    original = train_round(
+        reset, RUN_ID, 0, init_params(reset.model), ids, rows, keep_leaf_states=True
+    )
+    seg = replay(reset, RUN_ID, 0, original.leaf_states[1], 1, 3, ids, rows)
+    assert list(seg.digests) == [leaf.digest for leaf in original.leaves[2:]]
+    assert [s.opt.step for s in seg.states] == [4, 6]
+
+
 def test_a_tampered_state_is_caught_at_the_next_leaf(manifest: RunManifest) -> None:
     ids, rows = synthetic_round(manifest, 8)
     original = train_round(

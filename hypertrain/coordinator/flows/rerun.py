@@ -38,7 +38,12 @@ from hypertrain.beacon.ingest import latest_round
 from hypertrain.coordinator.flows.auditstats import EpochClock
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
 from hypertrain.coordinator.tables.audits import jobs_of_round
-from hypertrain.coordinator.tables.miners import get_leaves, get_miner, set_verdict_status
+from hypertrain.coordinator.tables.miners import (
+    get_leaves,
+    get_miner,
+    lift_blacklist_unless_faulted,
+    set_verdict_status,
+)
 from hypertrain.coordinator.tables.runs import get_run
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.errors import AuthError, Conflict, NotFound
@@ -47,7 +52,6 @@ from hypertrain.protocol.keys import verify_signature
 from hypertrain.protocol.merkle import merkle_root_hex
 from hypertrain.protocol.messages import AuditChallenge, LeafPreimage, ReplayVerdict
 from hypertrain.protocol.validators import hex64, sig_hex, ss58, ss58_public_key, u_int
-from hypertrain.rounds.states import FAULT_STATUSES
 from hypertrain.trainer.leaves import preimage_digest
 
 __all__ = [
@@ -102,14 +106,6 @@ def _transients(conn: sqlite3.Connection, run_id: str, hotkey: str, epoch: int) 
         (run_id, hotkey, epoch),
     ).fetchone()
     return int(row[0])
-
-
-def _other_faults(conn: sqlite3.Connection, run_id: str, w: int, hotkey: str) -> bool:
-    statuses = conn.execute(
-        "SELECT status FROM miners WHERE run_id = ? AND hotkey = ? AND w != ?",
-        (run_id, hotkey, w),
-    )
-    return any(status in FAULT_STATUSES for (status,) in statuses)
 
 
 def _committed_root(digests: Sequence[bytes], leaves: Sequence[int]) -> str:
@@ -167,9 +163,5 @@ def post_rerun(
             "DELETE FROM forfeits WHERE run_id = ? AND w = ? AND hotkey = ?",
             (run_id, req.w, req.hotkey),
         )
-        if not _other_faults(conn, run_id, req.w, req.hotkey):
-            conn.execute(
-                "UPDATE roster SET blacklisted = 0 WHERE run_id = ? AND hotkey = ?",
-                (run_id, req.hotkey),
-            )
+        lift_blacklist_unless_faulted(conn, run_id, req.hotkey)
     return {"w": req.w, "hotkey": req.hotkey, "classification": result}

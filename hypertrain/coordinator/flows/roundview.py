@@ -23,6 +23,7 @@ from attrs import field, frozen
 from hypertrain.beacon.ingest import get_round, latest_round
 from hypertrain.compute import Job, job_scores
 from hypertrain.coordinator.flows.aggregation import AggregationRow, get_aggregation
+from hypertrain.coordinator.flows.disputes import round_disputes
 from hypertrain.coordinator.flows.heldout import get_loss
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
 from hypertrain.coordinator.flows.worker import is_ready
@@ -34,6 +35,7 @@ from hypertrain.coordinator.tables.audits import (
     jobs_of_round,
     serves_of,
 )
+from hypertrain.coordinator.tables.disputes import disputes_of_round
 from hypertrain.coordinator.tables.miners import MinerRow, StateRow, get_round_state, miner_details
 from hypertrain.coordinator.tables.rounds import (
     RoundRow,
@@ -121,6 +123,8 @@ class RoundFacts:
     """Whether each queued audit job can be leased now, by job id."""
     forfeits: list[dict[str, Any]] = field(factory=list)
     """The sealed Forfeit envelopes of the round."""
+    disputes: list[dict[str, Any]] = field(factory=list)
+    """The round's disputes (their views)."""
 
     @property
     def assignment_due(self) -> bool:
@@ -163,6 +167,7 @@ def round_facts(conn: sqlite3.Connection, run_id: str, w: int) -> RoundFacts:
         serves={job.challenge_hash: serves_of(conn, job.challenge_hash) for job in audits},
         ready={job.job_id: is_ready(conn, job, d) for job in audits if job.state == "queued"},
         forfeits=forfeit_envelopes(conn, run_id, w),
+        disputes=round_disputes(conn, disputes_of_round(conn, run_id, w)),
     )
 
 
@@ -246,7 +251,9 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
     are the audit jobs ``{id, target, state, result, challenge, challenge_hash, serves: [{t,
     blob_sha256}], attempts, auditor, verdict_round}`` (``state`` ``waiting`` while a queued job
     cannot be leased yet); each miner's ``selected`` and ``verdict`` (the ReplayVerdict
-    envelope); and ``forfeits``, the sealed Forfeit envelopes.
+    envelope); and ``forfeits``, the sealed Forfeit envelopes. Disputes (spec 6.4):
+    ``disputes`` are the round's dispute views (state, stage with level, interval, points and
+    deadline, the referee's case, the outcome, every Bisect in order).
     """
     verdicts = {job.target: job.verdict_json() for job in facts.audits}
     chosen = set(facts.selected or ())
@@ -288,6 +295,7 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
         "jobs": [_audit_json(facts, job) for job in facts.audits],
         "scoring_jobs": [job.score_json() for jobs in facts.scores.values() for job in jobs],
         "forfeits": facts.forfeits,
+        "disputes": facts.disputes,
         "rollback": None,
         "finalize": None,
     }

@@ -82,6 +82,7 @@ __all__ = [
     "is_ready",
     "job_serves",
     "lease_job",
+    "stored_job",
 ]
 
 LEASE_ROUNDS: Final = 600
@@ -226,6 +227,24 @@ def job_json(conn: sqlite3.Connection, job: JobRow) -> dict[str, Any]:
         "v0_sha256": state.v0_sha256,
         "beacon_signature": audit_beacon.signature,
         "dataset_sha256": dataset_sha,
+    }
+
+
+def stored_job(conn: sqlite3.Connection, job_id: str) -> dict[str, Any]:
+    """``GET /v1/worker/jobs/{id}``: the job JSON of any job that could be leased (404 for an
+    unknown one, 409 for one not ready yet): what the disputed auditor and a referee rebuild
+    their recomputation from. ``lease`` and ``lease_expires_round`` are null unless leased;
+    ``state``, ``result`` and ``verdict`` say where the job stands."""
+    job = get_job(conn, job_id)
+    if job is None:
+        raise NotFound(f"unknown audit job {job_id!r}")
+    if job.state == "queued" and not is_ready(conn, job, latest_round(conn)):
+        raise Conflict(f"job {job_id} is not ready to be replayed yet")
+    return {
+        **job_json(conn, job),
+        "state": job.state,
+        "result": job.result,
+        "verdict": job.verdict_json(),
     }
 
 
@@ -402,4 +421,4 @@ def expire_leases(conn: sqlite3.Connection) -> list[dict[str, Any]]:
 
 def check_lease_token(value: str) -> None:
     """400 unless ``value`` (the ``lease`` query parameter) is a lease token."""
-    lease_token.check("lease", value)
+    lease_token.check_param("lease", value)

@@ -24,6 +24,8 @@ from typing import Any, Final
 
 from attrs import frozen
 
+from hypertrain.rounds.states import FAULT_STATUSES
+
 __all__ = [
     "GrantRow",
     "LeavesRow",
@@ -38,6 +40,7 @@ __all__ = [
     "insert_leaves",
     "insert_round_state",
     "is_active_member",
+    "lift_blacklist_unless_faulted",
     "miner_details",
     "set_accepted",
     "set_blacklisted",
@@ -307,6 +310,19 @@ def set_verdict_status(
         conn,
         "UPDATE miners SET status = ? WHERE run_id = ? AND w = ? AND hotkey = ?",
         (status, run_id, w, hotkey),
+    )
+
+
+def lift_blacklist_unless_faulted(conn: sqlite3.Connection, run_id: str, hotkey: str) -> None:
+    """Lift ``hotkey``'s blacklist unless one of its rounds of the run still holds a fault
+    status (a TRANSIENT rerun or a won dispute cleared only its own round)."""
+    statuses = conn.execute(
+        "SELECT status FROM miners WHERE run_id = ? AND hotkey = ?", (run_id, hotkey)
+    )
+    if any(status in FAULT_STATUSES for (status,) in statuses):
+        return
+    conn.execute(
+        "UPDATE roster SET blacklisted = 0 WHERE run_id = ? AND hotkey = ?", (run_id, hotkey)
     )
 
 

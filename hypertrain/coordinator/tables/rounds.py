@@ -182,6 +182,14 @@ def _merged(conn: sqlite3.Connection, run_id: str, w: int) -> bool:
     return row is not None
 
 
+def _has_open_dispute(conn: sqlite3.Connection, run_id: str, w: int) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM disputes WHERE run_id = ? AND w = ? AND state = 'open' LIMIT 1",
+        (run_id, w),
+    ).fetchone()
+    return row is not None
+
+
 def round_states(
     conn: sqlite3.Connection,
     D: int,  # noqa: N803 (spec name)
@@ -192,7 +200,7 @@ def round_states(
     Feeds :func:`~hypertrain.rounds.states.round_state` with the facts stored so far: the
     next round's ``d_assign`` once it is opened (taken from ``rows`` when present, else read),
     and, for a round without a successor, whether it was merged (a run's last round).
-    Disputes and Finalize arrive with later tables.
+    An open dispute of the round makes it DISPUTE; Finalize arrives with a later table.
     """
     known = {(row.run_id, row.w): row.deadlines.d_assign for row in rows}
     states = []
@@ -202,7 +210,11 @@ def round_states(
         merged_last = next_d_assign is None and _merged(conn, row.run_id, row.w)
         states.append(
             round_state(
-                D, row.deadlines, next_round_d_assign=next_d_assign, merged_last=merged_last
+                D,
+                row.deadlines,
+                next_round_d_assign=next_d_assign,
+                merged_last=merged_last,
+                has_open_dispute=_has_open_dispute(conn, row.run_id, row.w),
             )
         )
     return states

@@ -21,6 +21,7 @@ from quart_trio import QuartTrio
 
 from hypertrain.coordinator.context import BeaconObserver, Coordinator
 from hypertrain.coordinator.services.audits import AuditDraws
+from hypertrain.coordinator.services.disputes import DisputeClock
 from hypertrain.coordinator.services.runs import RunsService
 from hypertrain.coordinator.services.scorefeed import ScoreFeed
 from hypertrain.coordinator.web import (
@@ -28,6 +29,7 @@ from hypertrain.coordinator.web import (
     beacon,
     compute,
     datasets,
+    disputes,
     events,
     miner,
     objects,
@@ -55,13 +57,15 @@ class AppParts:
     """The scoring inputs of a run (the benchmark's model, start state and trace)."""
     audits: AuditDraws
     """The audit draw after each new D (and round 0's published genesis state)."""
+    disputes: DisputeClock
+    """The dispute deadlines after each new D."""
     run_sync: RunSync = run_inline
     """Where routes run CPU work (hashing a served state blob): a worker thread in the daemon."""
 
     def beacon_observers(self) -> list[BeaconObserver]:
         """What the caller subscribes to new beacon rounds, in order: the round-state feed,
-        then the audit draw."""
-        return [self.runs.on_beacon, self.audits.on_beacon]
+        the audit draw, then the dispute deadlines."""
+        return [self.runs.on_beacon, self.audits.on_beacon, self.disputes.on_beacon]
 
     @classmethod
     def build(cls, ctx: Coordinator, *, run_sync: RunSync = run_inline) -> AppParts:
@@ -70,6 +74,7 @@ class AppParts:
             runs=RunsService(ctx),
             inputs=ScoreFeed(ctx, ctx.settings.holdout_dir, run_sync),
             audits=AuditDraws(ctx, run_sync),
+            disputes=DisputeClock(ctx),
             run_sync=run_sync,
         )
 
@@ -87,6 +92,7 @@ ROUTE_MODULES: Final[tuple[Register, ...]] = (
     aggregator.register,
     compute.register,
     worker.register,
+    disputes.register,
 )
 """The ``register`` functions ``create_app`` calls, in order."""
 

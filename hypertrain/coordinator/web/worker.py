@@ -2,6 +2,7 @@
 
 =============================================  ================================================
 ``POST /v1/worker/lease``                       optional ``{run_id}`` -> job JSON, or 204 idle
+``GET /v1/worker/jobs/{id}``                    the job JSON (no lease needed; disputes)
 ``GET /v1/worker/jobs/{id}/serves?lease=``      ``{now_round, serves: [{serve, blob_sha256}]}``
 ``POST /v1/worker/jobs/{id}/heartbeat``         ``{lease}`` -> ``{id, lease_expires_round}``
 ``POST /v1/worker/jobs/{id}/complete``          ``{lease, verdict}`` -> ``{id, state, result,
@@ -34,6 +35,7 @@ from hypertrain.coordinator.flows.worker import (
     heartbeat,
     job_serves,
     lease_job,
+    stored_job,
 )
 from hypertrain.coordinator.web.auth import require_worker
 from hypertrain.coordinator.web.http import json_response, read_body, read_json
@@ -60,6 +62,10 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         job, event = leased
         ctx.events.publish("audit", event)
         return json_response(job)
+
+    async def job(job_id: str) -> Response:
+        require_worker(ctx)
+        return json_response(await ctx.db.read(stored_job, job_id))
 
     async def serves(job_id: str) -> Response:
         require_worker(ctx)
@@ -92,6 +98,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     jobs = "/v1/worker/jobs/<job_id>"
     rules: list[tuple[str, str, Callable[..., Awaitable[Response]], str]] = [
         ("/v1/worker/lease", "lease", lease, "POST"),
+        (jobs, "job", job, "GET"),
         (f"{jobs}/serves", "serves", serves, "GET"),
         (f"{jobs}/heartbeat", "heartbeat", beat, "POST"),
         (f"{jobs}/complete", "complete", complete, "POST"),

@@ -1,0 +1,101 @@
+"""Test-only fault injection: one op output of one inner step, one ulp up (issue 14).
+
+A :class:`Fault` names an op as the bisection names it (step ``t``, ``layer``, ``op`` of
+:func:`hypertrain.rounds.bisection.layer_ops`) and a flat element ``index``. Training with it
+(``Stepper(..., fault=...)``) replaces that element by ``nextafter(x, +inf)`` in float32:
+
+- a forward op (``embed`` .. ``loss``): in micro-batch 0's output, through :func:`nudged`, an
+  autograd op whose gradient passes straight through, so the change reaches the rest of the
+  forward, the backward and the update exactly as a real miscomputation of that op would;
+- ``update`` (the tail's last op): in theta's first tensor in sorted name order, after the
+  optimizer step (:func:`nudge_in_place`).
+
+Nothing else changes, bit for bit. It is how the dispute tests make one party wrong at a known
+op; no CLI or config file reaches it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+
+from hypertrain.rounds.bisection import layer_ops
+
+__all__ = ["UPDATE_OP", "Fault", "check_fault", "nudge_in_place", "nudged"]
+
+UPDATE_OP = "update"
+
+
+@attrs.frozen
+class Fault:
+    """Perturb op ``op`` of layer ``layer`` (``n_layers`` is the tail) in inner step ``t``
+    (``1 .. H``) at flat element ``index`` of micro-batch 0's output (``update``: of theta's
+    first tensor in sorted name order)."""
+
+    t: int
+    layer: int
+    op: str
+    index: int = 0
+
+    def hits(self, t: int, layer: int, op: str) -> bool:
+        """Whether this fault perturbs ``op`` of ``layer`` in step ``t``."""
+        return (self.t, self.layer, self.op) == (t, layer, op)
+
+
+def check_fault(fault: Fault, n_layers: int, H: int) -> None:  # noqa: N803
+    """ValueError unless ``fault`` names a step, layer and op of this model and round."""
+    if not 1 <= fault.t <= H:
+        raise ValueError(f"fault step {fault.t} is outside 1..{H}")
+    if fault.op not in layer_ops(n_layers, fault.layer):
+        raise ValueError(f"layer {fault.layer} has no op {fault.op!r}")
+    if fault.index < 0:
+        raise ValueError(f"fault index {fault.index} is negative")
+
+
+def _up(value: torch.Tensor) -> torch.Tensor:
+    """``nextafter(value, +inf)`` of a float32 element, as a tensor like ``value``."""
+    x = np.float32(value.item())
+    return torch.tensor(np.nextafter(x, np.float32(np.inf)), dtype=torch.float32)
+
+
+def _checked_index(x: torch.Tensor, index: int) -> int:
+    if x.dtype != torch.float32:
+        raise ValueError(f"a fault perturbs float32 outputs, not {x.dtype}")
+    if not 0 <= index < x.numel():
+        raise ValueError(f"fault index {index} is outside the output's {x.numel()} elements")
+    return index
+
+
+class _Nudge(torch.autograd.Function):
+    """Forward: a copy with one element one ulp up; backward: the gradient unchanged."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, index: int) -> torch.Tensor:
+        out = x.clone()
+        flat = out.view(-1)
+        flat[index] = _up(flat[index])
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (grad,) = grads
+        return grad, None
+
+
+def nudged(x: torch.Tensor, index: int) -> torch.Tensor:
+    """``x`` with flat element ``index`` replaced by ``nextafter(x, +inf)``; the gradient flows
+    to ``x`` unchanged (module docstring)."""
+    at = _checked_index(x, index)
+    out: torch.Tensor = _Nudge.apply(x.contiguous(), at)  # type: ignore[no-untyped-call]
+    return out
+
+
+def nudge_in_place(x: torch.Tensor, index: int) -> None:
+    """Flat element ``index`` of the leaf tensor ``x`` one ulp up, outside autograd."""
+    _checked_index(x, index)
+    with torch.no_grad():
+        flat = x.view(-1)
+        flat[index] = _up(flat[index])
