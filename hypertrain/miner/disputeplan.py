@@ -11,7 +11,7 @@ in this order:
    c. any other verdict status (``MATCH``, ``WITHHELD``, ``BAD_PROOF``, ...): settled;
    d. the draw ran without this miner: settled (``not-selected``);
    e. this miner's job ended (``done``/``failed``) without a MISMATCH: settled;
-   f. no job of this miner and ``D > serve_deadline``: settled (``deadline``);
+   f. no (checked) job of this miner and ``D > serve_deadline``: settled (``deadline``);
    g. otherwise wait for the verdict;
 
 2. rerun ``TRANSIENT``: settled. ``FAULT``: :class:`OpenDispute` ``accept``; ``CONTEST``:
@@ -131,7 +131,8 @@ class RoundFacts:
     """None before the draw."""
     status: str | None
     job_state: str | None
-    """This miner's audit job's state (None: no job listed)."""
+    """This miner's audit job's state (None: no job listed, or its challenge does not
+    verify: a job the miner ignores)."""
     serve_deadline: int | None
     verdict: Verdict | None
     classification: Classification | None = None
