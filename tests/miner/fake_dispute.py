@@ -17,6 +17,8 @@ miner's status follows and its job is ``done``. Routes:
   the miner; ``POST bisect`` checks the stage (409), the signer and ``party`` (403), then
   :func:`~hypertrain.rounds.bisection.advance`; a referee case waits ``referee_rounds`` beacon
   rounds (None: forever) and is resolved from the honest hash (the miner's differs: it loses);
+  an ``auditor_silent`` auditor never publishes (and nothing times it out here);
+  an ``accept`` is ``accepted`` at once, with no outcome (as the coordinator answers);
 - ``GET disputes[?party=]`` and ``GET disputes/{id}``.
 
 ``posts`` counts the dispute routes' POSTs by name.
@@ -97,6 +99,8 @@ class DisputingCoordinator(AuditingCoordinator):
     mode: str = "segments"
     arity: int = 2
     referee_rounds: int | None = 2
+    auditor_silent: bool = False
+    """The auditor never publishes a stage (and nothing times it out here)."""
     forgive: int = 1
     verdicts: dict[tuple[int, str], dict[str, Any]] = attrs.Factory(dict)
     reruns: dict[tuple[int, str], str] = attrs.Factory(dict)
@@ -288,6 +292,9 @@ class DisputingCoordinator(AuditingCoordinator):
     def _open_stage(self, d: _Dispute, stage: bisection.Stage) -> None:
         assert d.honest is not None
         d.stage, d.stage_round, d.awaiting = stage, self.now(), ["miner"]
+        if self.auditor_silent:
+            d.awaiting.append("auditor")
+            return
         d.auditor_hashes = d.honest.hashes(stage)
         assert self.auditor is not None
         d.bisects.append(self._bisect_json(d, stage, "auditor", self.auditor.ss58))
@@ -315,6 +322,10 @@ class DisputingCoordinator(AuditingCoordinator):
         if self.now() > d.stage_round + self.manifest.verify.T.dispute_per_level:
             return _err(409, "past the stage's deadline")
         d.bisects.append(self._bisect_json(d, stage, "miner", msg.party))
+        if self.auditor_silent:
+            d.awaiting.remove("miner")
+            return _ok({"dispute_id": d.id, "seq": len(d.bisects) - 1, "state": d.state,
+                        "stage": self._stage_json(d), "referee": None})  # fmt: skip
         n_layers = self.manifest.model.n_layers
         nxt = bisection.advance(
             n_layers, stage, list(msg.hashes), d.auditor_hashes, self.arity,

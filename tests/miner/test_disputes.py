@@ -173,7 +173,7 @@ async def test_a_rerun_that_matches_neither_side_accepts_the_fault(
     summary = await _mine(fake, config, miner_key, faults=faults)
     assert fake.reruns[(0, miner_key.ss58)] == "FAULT"
     (record,) = summary.disputes
-    assert (record.reason, record.action, record.loser_role) == ("accepted", "accept", "miner")
+    assert (record.reason, record.action, record.state) == ("accepted", "accept", "accepted")
     assert fake.posts == {"rerun": 1, "dispute": 1}
 
 
@@ -224,6 +224,28 @@ async def test_a_referee_that_never_comes_is_given_up_after_the_grace(
     waited = trio.current_time() - (dispute.referee_round - 1) * fake.manifest.beacon.period
     assert 200.0 <= waited <= 200.0 + 2 * config.poll_seconds + fake.manifest.beacon.period
     assert _phases(config, "dispute_settled") == []  # a restart looks again
+
+
+@pytest.mark.parametrize("mode", ["segments"], indirect=True)
+async def test_a_silent_auditor_is_waited_for_until_the_stage_deadline_and_the_grace(
+    fake: DisputingCoordinator,
+    miner_key: Keypair,
+    tmp_path: Path,
+    data_dir: Path,
+    configured: None,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fake.auditor_silent = True
+    config = _config(tmp_path, data_dir)
+    settings = attrs.evolve(DEFAULT_SETTINGS, dispute_grace_seconds=50.0)
+    summary = await _mine(fake, config, miner_key, faults=Faults(fault=FAULT), settings=settings)
+    (record,) = summary.disputes
+    assert record.reason == "gave-up: the dispute did not move while waiting for the auditor"
+    (dispute,) = fake.disputes.values()
+    assert [b["role"] for b in dispute.bisects] == ["miner"]  # its one stage, once
+    period = fake.manifest.beacon.period
+    deadline_time = (dispute.stage_round + fake.manifest.verify.T.dispute_per_level - 1) * period
+    assert deadline_time + 50.0 <= trio.current_time() <= deadline_time + 50.0 + 2 * period + 1
 
 
 @pytest.mark.parametrize("mode", ["segments"], indirect=True)

@@ -4,7 +4,7 @@ party standing in for the auditor's side of a dispute (its Bisects) and for the 
 Resolution): both recompute honestly with :class:`~hypertrain.trainer.recompute.Recompute`
 from the state the miner served (its kept ``leaf_state_{a}.bin``, the bytes the coordinator
 holds). A glitched round reruns to TRANSIENT; a faulty miner contests, bisects down to the op
-it miscomputed and loses there (DISPUTE_LOST).
+it miscomputed and loses there (DISPUTE_LOST); against a silent auditor it wins by timeout.
 """
 
 from __future__ import annotations
@@ -83,6 +83,8 @@ class _OtherSide:
     manifest: RunManifest
     workdir: Path
     samples: Any
+    silent: bool = False
+    """The disputed auditor never bisects (it loses at the stage's deadline)."""
     honest: dict[str, Recompute] = attrs.Factory(dict)
     resolved: list[str] = attrs.Factory(list)
 
@@ -111,7 +113,7 @@ class _OtherSide:
             for d in r.json()["disputes"]:
                 honest = await self._recompute(d)
                 stage = d["stage"]
-                if stage is not None and "auditor" in stage["awaiting"]:
+                if stage is not None and "auditor" in stage["awaiting"] and not self.silent:
                     a, b = stage["interval"]
                     where = {k: stage[k] for k in ("t", "layer") if stage[k] is not None}
                     s = bisection.Stage(stage["level"], a, b, stage["N"], **where)
@@ -141,7 +143,7 @@ class _OtherSide:
 
 
 async def _network(
-    tmp_path: Path, data_dir: Path, manifest: RunManifest, faults: Faults
+    tmp_path: Path, data_dir: Path, manifest: RunManifest, faults: Faults, *, silent: bool = False
 ) -> tuple[Summary, dict[str, Any], list[dict[str, Any]]]:
     """Run the network until the miner is done: its summary, the round view, its disputes."""
     done = trio.Event()
@@ -163,7 +165,8 @@ async def _network(
 
         options = Options(api=API, run_id=run_id, token=WORKER_TOKEN, keypair=AUDITOR,
                           data_dir=tmp_path / "auditor")  # fmt: skip
-        other = _OtherSide(client, run_id, manifest, config.workdir, Dataset.open(data_dir).samples)
+        samples = Dataset.open(data_dir).samples
+        other = _OtherSide(client, run_id, manifest, config.workdir, samples, silent)
 
         async def audit() -> None:
             await run_auditor(
@@ -220,3 +223,21 @@ async def test_a_faulty_miner_bisects_to_its_op_and_loses_at_the_real_referee(
     levels = {b["level"] for b in dispute["bisects"] if b["role"] == "miner"}
     assert levels == {"step", "layer", "op"}
     assert _status(view) == "DISPUTE_LOST"
+
+
+async def test_a_silent_auditor_loses_at_the_stage_deadline_and_the_miner_is_cleared(
+    tmp_path: Path,
+    data_dir: Path,
+    run_manifest: RunManifest,
+    configured: None,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    summary, view, disputes = await _network(
+        tmp_path, data_dir, run_manifest, Faults(fault=FAULT), silent=True
+    )
+    (record,) = summary.disputes
+    assert (record.reason, record.loser, record.loser_role) == ("resolved", AUDITOR.ss58, "auditor")
+    assert (record.cause, record.op_spec) == ("timeout", None)
+    (dispute,) = disputes
+    assert [b["role"] for b in dispute["bisects"]] == ["miner"]
+    assert _status(view) == "MATCH"
