@@ -39,7 +39,9 @@ up, logged (``dispute-given-up``), never fatal. Every wait is bounded:
   ``verdict_grace_seconds`` (estimated from the Receipt's round, shortened by each view's D);
 - waiting on the auditor, the referee or a timeout ends ``dispute_grace_seconds`` after the
   dispute last moved, or after the current stage's ``deadline_round`` (at ``period`` seconds a
-  round), whichever is later.
+  round), whichever is later;
+- a coordinator that does not answer (network errors, 5xx) is given up on at the verdict's
+  bound while nothing is asked of the miner, else after ``dispute_grace_seconds`` of failures.
 
 A round given up this way is not journaled as settled: a restart looks at it again.
 """
@@ -139,6 +141,8 @@ class _Follow:
     refused: set[tuple[object, ...]] = attrs.Factory(set)
     recompute: Any = None
     """The dispute's :class:`~hypertrain.trainer.recompute.Recompute` (built once)."""
+    failing_since: float | None = None
+    """When the polls started failing on the network or with 5xx answers (None: they work)."""
 
 
 class _Later(MinerError):
@@ -213,9 +217,11 @@ class DisputeFollower:
             try:
                 await self._advance(follow)
             except _Later:
-                pass
+                self._unreachable(follow)
             except _GiveUp as e:
                 self._give_up(follow, str(e))
+            else:
+                follow.failing_since = None
 
     # -- one round ---------------------------------------------------------------------------
 
@@ -570,6 +576,21 @@ class DisputeFollower:
             follow.dispute_until = now + left * period + self.runner.settings.dispute_grace_seconds
         if now >= follow.dispute_until:
             raise _GiveUp(f"the dispute did not move while waiting for the {step.why}")
+
+    def _unreachable(self, follow: _Follow) -> None:
+        """A poll failed on the network or with a 5xx: give up once past the verdict's bound
+        (nothing asked of the miner yet) or ``dispute_grace_seconds`` of failures (a rerun or
+        a dispute under way)."""
+        now = trio.current_time()
+        if follow.failing_since is None:
+            follow.failing_since = now
+        phases = self.runner.journal.phases(follow.w)
+        engaged = follow.status == "MISMATCH" or "rerun_computed" in phases
+        grace = self.runner.settings.dispute_grace_seconds
+        if now >= (follow.failing_since + grace if engaged else follow.verdict_until):
+            self._give_up(
+                follow, f"no answer from the coordinator for {now - follow.failing_since:.0f}s"
+            )
 
     def _finish(self, follow: _Follow, dispute: DisputeView) -> None:
         w, outcome = follow.w, dispute.outcome

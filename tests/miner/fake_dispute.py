@@ -106,6 +106,8 @@ class DisputingCoordinator(AuditingCoordinator):
     reruns: dict[tuple[int, str], str] = attrs.Factory(dict)
     disputes: dict[str, _Dispute] = attrs.Factory(dict)
     posts: Counter[str] = attrs.Factory(Counter)
+    unavailable: bool = False
+    """Every dispute view answers 503."""
     drop_answers: set[str] = attrs.Factory(set)
     """Routes whose next answer is lost on the way back (handled, then a ReadError)."""
 
@@ -211,6 +213,8 @@ class DisputingCoordinator(AuditingCoordinator):
             return _ok({"run_id": self.run_id, "disputes": [
                 v for v in views if party in (None, v["miner"], v["auditor"])
             ]})  # fmt: skip
+        if method == "GET" and name.startswith("disputes") and self.unavailable:
+            return _err(503, "busy")
         if method == "GET" and name.startswith("disputes/"):
             found = self.disputes.get(name.split("/", 1)[1])
             return _ok(self._dispute_json(found)) if found else _err(404, "no such dispute")

@@ -249,6 +249,28 @@ async def test_a_silent_auditor_is_waited_for_until_the_stage_deadline_and_the_g
 
 
 @pytest.mark.parametrize("mode", ["segments"], indirect=True)
+async def test_a_coordinator_that_stops_answering_is_given_up_after_the_grace(
+    fake: DisputingCoordinator,
+    miner_key: Keypair,
+    tmp_path: Path,
+    data_dir: Path,
+    configured: None,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fake.unavailable = True  # the dispute opens, its view never answers
+    config = _config(tmp_path, data_dir)
+    settings = attrs.evolve(DEFAULT_SETTINGS, dispute_grace_seconds=100.0)
+    summary = await _mine(fake, config, miner_key, faults=Faults(fault=FAULT), settings=settings)
+    (record,) = summary.disputes
+    assert record.reason.startswith("gave-up: no answer from the coordinator for 10")
+    assert fake.posts == {"rerun": 1, "dispute": 1}
+    (dispute,) = fake.disputes.values()
+    started = (dispute.opened_round - 1) * fake.manifest.beacon.period
+    retries = DEFAULT_SETTINGS.post_attempts * config.poll_seconds  # one poll's tries, at most
+    assert started + 100.0 <= trio.current_time() <= started + 100.0 + 2 * retries
+
+
+@pytest.mark.parametrize("mode", ["segments"], indirect=True)
 async def test_a_matched_round_is_settled_without_a_step(
     fake: DisputingCoordinator,
     miner_key: Keypair,
