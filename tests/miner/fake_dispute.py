@@ -301,14 +301,17 @@ class DisputingCoordinator(AuditingCoordinator):
             return
         d.auditor_hashes = d.honest.hashes(stage)
         assert self.auditor is not None
-        d.bisects.append(self._bisect_json(d, stage, "auditor", self.auditor.ss58))
+        d.bisects.append(
+            self._bisect_json(d, stage, "auditor", self.auditor.ss58, d.auditor_hashes)
+        )
 
     def _bisect_json(
-        self, d: _Dispute, stage: bisection.Stage, role: str, party: str
+        self, d: _Dispute, stage: bisection.Stage, role: str, party: str, hashes: list[str]
     ) -> dict[str, Any]:
         return {
             "seq": len(d.bisects), "party": party, "role": role, "level": stage.level,
-            "interval": [stage.a, stage.b], "N": stage.n, "received_round": self.now(),
+            "t": stage.t, "layer": stage.layer, "interval": [stage.a, stage.b], "N": stage.n,
+            "hashes": hashes, "received_round": self.now(),
         }  # fmt: skip
 
     def bisect(self, raw: dict[str, Any]) -> httpx.Response:
@@ -325,7 +328,7 @@ class DisputingCoordinator(AuditingCoordinator):
             return _err(409, "not the current stage")
         if self.now() > d.stage_round + self.manifest.verify.T.dispute_per_level:
             return _err(409, "past the stage's deadline")
-        d.bisects.append(self._bisect_json(d, stage, "miner", msg.party))
+        d.bisects.append(self._bisect_json(d, stage, "miner", msg.party, list(msg.hashes)))
         if self.auditor_silent:
             d.awaiting.remove("miner")
             return _ok({"dispute_id": d.id, "seq": len(d.bisects) - 1, "state": d.state,

@@ -18,16 +18,19 @@ import trio
 import trio.testing
 
 from hypertrain.datasets.reader import Dataset
+from hypertrain.miner.artifacts import RoundDir
 from hypertrain.miner.config import MinerConfig
 from hypertrain.miner.disputes import DisputeRecord
 from hypertrain.miner.faults import NO_FAULTS, Faults
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.journal import Journal
 from hypertrain.miner.progress import Progress
+from hypertrain.miner.rerun import dispute_recompute
 from hypertrain.miner.round import DEFAULT_SETTINGS, RoundSettings
 from hypertrain.miner.session import Summary, run_miner
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
+from hypertrain.rounds import bisection
 from hypertrain.trainer.fault import Fault
 from nurseries import run_inline
 from tests.miner.fake import API
@@ -133,6 +136,7 @@ async def test_a_glitch_is_rerun_to_transient_and_nothing_more(
 
 
 async def test_a_faulty_miner_contests_and_bisects_down_to_the_op_it_loses_on(
+    mode: str,
     fake: DisputingCoordinator,
     miner_key: Keypair,
     tmp_path: Path,
@@ -150,6 +154,19 @@ async def test_a_faulty_miner_contests_and_bisects_down_to_the_op_it_loses_on(
     assert levels[-1] == "op"
     assert "layer" in levels
     assert [e["level"] for e in _phases(config, "bisected")] == levels
+    # each Bisect holds the miner's own faulty recomputation's hashes at the stage's points
+    mine = dispute_recompute(
+        fake.manifest, fake.run_id, RoundDir(config.workdir, 0), 0 if mode == "full" else 1,
+        fake.samples, FAULT,
+    )  # fmt: skip
+    for b in dispute.bisects:
+        where = {k: b[k] for k in ("t", "layer") if b[k] is not None}
+        stage = bisection.Stage(b["level"], *b["interval"], b["N"], **where)
+        if b["role"] == "miner":
+            assert b["hashes"] == mine.hashes(stage)
+        else:  # the honest auditor agrees at each stage's start, not at its end (the fault)
+            assert b["hashes"][0] == mine.hashes(stage)[0]
+            assert b["hashes"][-1] != mine.hashes(stage)[-1]
     assert dispute.outcome is not None
     assert dispute.outcome["op_spec"] == OP_SPEC
     (record,) = summary.disputes
