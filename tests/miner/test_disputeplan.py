@@ -5,6 +5,7 @@ for each verdict, classification and dispute state."""
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 import attrs
@@ -27,6 +28,7 @@ from hypertrain.miner.disputeplan import (
     next_step,
     rerun_windows,
 )
+from hypertrain.miner.errors import MinerProtocolError
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.merkle import merkle_root_hex
 from hypertrain.protocol.messages import AuditChallenge
@@ -104,7 +106,7 @@ def dispute(**over: Any) -> DisputeView:
         "referee": None, "outcome": None, "bisects": [],
     }  # fmt: skip
     raw.update(over)
-    return read_answer(DisputeView, raw, "test")
+    return read_answer(DisputeView, raw, "GET disputes")
 
 
 @pytest.mark.parametrize(
@@ -161,3 +163,22 @@ def test_a_stage_whose_points_are_not_its_intervals_is_refused() -> None:
         attrs.evolve(view.stage, points=(2, 4, 4)).to_stage()
     with pytest.raises(ValueError, match="op stage"):
         attrs.evolve(view.stage, level="op", t=3).to_stage()
+
+
+@pytest.mark.parametrize(
+    ("over", "field"),
+    [
+        ({"state": "closed"}, "$.state"),
+        ({"verdict_hash": "nope"}, "$.verdict_hash"),
+        ({"stage": {"level": "step", "interval": [2, 4], "N": 2, "points": [2, 3, 4],
+                    "deadline_round": 9, "awaiting": ["referee"]}}, "$.stage.awaiting"),
+        ({"outcome": {"loser_role": "miner", "cause": "referee"}}, "$.outcome.loser"),
+    ],
+)  # fmt: skip
+def test_a_broken_dispute_view_is_a_protocol_error_naming_the_field(
+    over: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(
+        MinerProtocolError, match=re.escape(f"GET disputes: DisputeView body: {field}")
+    ):
+        dispute(**over)

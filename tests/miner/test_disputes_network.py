@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 import httpx
+import pytest
 import trio
 import trio.testing
 
@@ -189,14 +190,22 @@ def _status(view: dict[str, Any]) -> str:
     return str(next(m for m in view["miners"] if m["hotkey"] == MINER.ss58)["status"])
 
 
+@pytest.mark.parametrize("policy", ["carry", "reset"])
 async def test_a_glitch_reruns_to_transient_at_the_real_coordinator(
+    policy: str,
     tmp_path: Path,
     data_dir: Path,
     run_manifest: RunManifest,
     configured: None,
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    summary, view, disputes = await _network(tmp_path, data_dir, run_manifest, Faults(glitch=FAULT))
+    """Segment audits under carry, a full-mode audit under reset: the rerun root is the
+    auditor's either way."""
+    inner = attrs.evolve(run_manifest.inner, state_policy=policy)
+    manifest = attrs.evolve(run_manifest, inner=inner)
+    summary, view, disputes = await _network(tmp_path, data_dir, manifest, Faults(glitch=FAULT))
+    job = next(j for j in view["jobs"] if j["target"] == MINER.ss58)
+    assert job["challenge"]["body"]["mode"] == ("segments" if policy == "carry" else "full")
     assert [(d.reason, d.classification) for d in summary.disputes] == [("transient", "TRANSIENT")]
     assert _status(view) == "TRANSIENT"
     assert disputes == []
