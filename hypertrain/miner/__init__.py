@@ -17,7 +17,8 @@ Importing this package does not import torch: the modules that do (``training``,
 - :mod:`~hypertrain.miner.auditserve`: the task that answers segment audits;
 - :mod:`~hypertrain.miner.disputeplan`: what to do about a MISMATCH, step by step (pure);
 - :mod:`~hypertrain.miner.rerun`: the miner's own recomputations for a rerun and a dispute;
-- :mod:`~hypertrain.miner.disputes`: the task that reruns, disputes and bisects;
+- :mod:`~hypertrain.miner.disputes`: the task that reruns, disputes and bisects, and
+  :mod:`~hypertrain.miner.disputesteps`: its steps (the requests, the journal lines);
 - :mod:`~hypertrain.miner.faults`: test-only fault injection into the miner's training;
 - :mod:`~hypertrain.miner.session`: :func:`run_miner`, the composition root;
 - :mod:`~hypertrain.miner.main`: the command line.

@@ -5,7 +5,8 @@
 :func:`~hypertrain.miner.session.run_miner`). It follows every round this miner posted its
 leaves for (journal ``leaves``) until the round's audit needs nothing more from it (journal
 ``dispute_settled``). Every ``poll_seconds`` it reads the round view and, once there is one, the
-dispute's view, and applies :func:`~hypertrain.miner.disputeplan.next_step`:
+dispute's view, and applies :func:`~hypertrain.miner.disputeplan.next_step`, whose steps
+:mod:`hypertrain.miner.disputesteps` takes:
 
 1. **rerun** (status ``MISMATCH``, the verdict a ReplayVerdict of this run signed by one of
    ``manifest.auditors`` for our job's ``challenge_hash``): the miner recomputes exactly what
@@ -49,14 +50,12 @@ A round given up this way is not journaled as settled: a restart looks at it aga
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import attrs
-import httpx
 import trio
 
-from hypertrain.miner.answers import DisputeStage, DisputeView, RoundView, ViewJob, read_answer
+from hypertrain.miner.answers import DisputeView, RoundView, ViewJob, read_answer
 from hypertrain.miner.artifacts import RoundDir
 from hypertrain.miner.auditserve import check_challenge
 from hypertrain.miner.disputeplan import (
@@ -70,38 +69,22 @@ from hypertrain.miner.disputeplan import (
     Step,
     Verdict,
     Wait,
-    classify_locally,
-    committed_root,
-    dispute_start,
     next_step,
-    rerun_windows,
 )
-from hypertrain.miner.errors import ApiError, MinerError, MinerProtocolError, ServeError
+from hypertrain.miner.disputesteps import DISPUTE_EXP_DRAND, DisputeSteps, Followed, GiveUp, Later
+from hypertrain.miner.errors import ApiError, MinerProtocolError
 from hypertrain.miner.honeypot import HoneypotMode
-from hypertrain.miner.round import RoundRunner, retry_call
+from hypertrain.miner.round import RoundRunner
 from hypertrain.protocol.converter import structure
-from hypertrain.protocol.envelope import seal, verify
+from hypertrain.protocol.envelope import verify
 from hypertrain.protocol.errors import HypertrainError
-from hypertrain.protocol.hashes import rerun_claim_bytes
-from hypertrain.protocol.messages import (
-    AuditChallenge,
-    Bisect,
-    Dispute,
-    LeafPreimage,
-    ReplayVerdict,
-    RoundOpen,
-)
-from hypertrain.trainer.errors import TrainerError
-from hypertrain.trainer.leaves import preimage_digest
+from hypertrain.protocol.messages import ReplayVerdict, RoundOpen
 from nurseries import RunSync
 
 __all__ = ["DISPUTE_EXP_DRAND", "DisputeFollower", "DisputeRecord"]
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 
-DISPUTE_EXP_DRAND: Final = 2**40
-"""``exp_drand`` of the miner's Dispute and Bisect envelopes (like its other envelopes)."""
 _MAX_STEPS: Final = 8
 """Steps taken in one poll of one round (rerun, dispute, bisect, ...): a bound, not a budget."""
 
@@ -126,40 +109,13 @@ class DisputeRecord:
     op_spec: str | None = None
 
 
-@attrs.define
-class _Follow:
-    """A round being followed: its bounds and what its polls learnt."""
-
-    w: int
-    serve_deadline: int
-    verdict_until: float
-    challenge: AuditChallenge | None = None
-    verdict: Verdict | None = None
-    status: str | None = None
-    moved: tuple[object, ...] | None = None
-    dispute_until: float | None = None
-    refused: set[tuple[object, ...]] = attrs.Factory(set)
-    recompute: Any = None
-    """The dispute's :class:`~hypertrain.trainer.recompute.Recompute` (built once)."""
-    failing_since: float | None = None
-    """When the polls started failing on the network or with 5xx answers (None: they work)."""
-
-
-class _Later(MinerError):
-    """A step failed on the network or with a 5xx: try again at the next poll."""
-
-
-class _GiveUp(MinerError):
-    """The round cannot be followed further (module docstring): settle it, not journaled."""
-
-
 class DisputeFollower:
     """Reruns, disputes and bisects this miner's MISMATCHed rounds (module docstring)."""
 
     def __init__(self, runner: RoundRunner, *, run_sync: RunSync) -> None:
         self.runner = runner
-        self._run_sync = run_sync
-        self._follows: dict[int, _Follow] = {}
+        self._steps = DisputeSteps(runner, run_sync)
+        self._follows: dict[int, Followed] = {}
         self._settled: dict[int, str] = {}
         self._records: list[DisputeRecord] = []
         self._noted: set[str] = set()
@@ -216,16 +172,16 @@ class DisputeFollower:
                 continue
             try:
                 await self._advance(follow)
-            except _Later:
+            except Later:
                 self._unreachable(follow)
-            except _GiveUp as e:
+            except GiveUp as e:
                 self._give_up(follow, str(e))
             else:
                 follow.failing_since = None
 
     # -- one round ---------------------------------------------------------------------------
 
-    def _follow(self, w: int) -> _Follow | None:
+    def _follow(self, w: int) -> Followed | None:
         if w in self._follows:
             return self._follows[w]
         runner = self.runner
@@ -239,7 +195,7 @@ class DisputeFollower:
         deadline = ro.d_audit + runner.manifest.verify.T.serve_deadline
         committed = runner.journal.phases(w).get("committed", {})
         since = int(committed.get("received_round", ro.d_commit))
-        follow = _Follow(w, deadline, self._verdict_bound(deadline, since))
+        follow = Followed(w, deadline, self._verdict_bound(deadline, since))
         self._follows[w] = follow
         return follow
 
@@ -248,14 +204,14 @@ class DisputeFollower:
         grace = self.runner.settings.verdict_grace_seconds
         return trio.current_time() + rounds_left * self.runner.manifest.beacon.period + grace
 
-    async def _advance(self, follow: _Follow) -> None:
+    async def _advance(self, follow: Followed) -> None:
         """Read the views and take the steps they call for (module docstring)."""
         view = await self._round_view(follow.w)
         self._read_round(follow, view)
         dispute = await self._dispute(follow)
         for _ in range(_MAX_STEPS):
             step = next_step(self._facts(follow, view, dispute))
-            if isinstance(step, PostBisect) and self._stage_done(follow, step.stage):
+            if isinstance(step, PostBisect) and self._steps.stage_done(follow, step.stage):
                 step = Wait("coordinator")  # posted (the view lags) or refused
             if isinstance(step, Wait):
                 self._wait(follow, view, dispute, step)
@@ -269,15 +225,15 @@ class DisputeFollower:
             await self._act(follow, view, step)
             dispute = await self._dispute(follow)
 
-    async def _act(self, follow: _Follow, view: RoundView, step: Step) -> None:
+    async def _act(self, follow: Followed, view: RoundView, step: Step) -> None:
         if isinstance(step, Rerun):
-            await self._rerun(follow, view, step.verdict)
+            await self._steps.rerun(follow, view, step.verdict)
         elif isinstance(step, OpenDispute):
-            await self._open(follow, step)
+            await self._steps.open_dispute(follow, step)
         elif isinstance(step, PostBisect):
-            await self._bisect(follow, view, step.stage)
+            await self._steps.bisect(follow, view, step.stage)
 
-    def _facts(self, follow: _Follow, view: RoundView, dispute: DisputeView | None) -> RoundFacts:
+    def _facts(self, follow: Followed, view: RoundView, dispute: DisputeView | None) -> RoundFacts:
         phases = self.runner.journal.phases(follow.w)
         hotkey = self.runner.keypair.ss58
         job = self._job_raw(view)
@@ -296,40 +252,21 @@ class DisputeFollower:
 
     # -- reading -----------------------------------------------------------------------------
 
-    async def _call(self, what: str, w: int, call: Callable[[], Awaitable[T]]) -> T:
-        """``call()`` with retries; network errors and 5xx become :class:`_Later`, an answer
-        that breaks the contract :class:`_GiveUp`; other ApiErrors propagate."""
-        settings, config = self.runner.settings, self.runner.config
-        try:
-            return await retry_call(
-                call, attempts=settings.post_attempts, pause=config.poll_seconds
-            )
-        except (httpx.TransportError, httpx.TimeoutException) as e:
-            self._progress(w, "dispute-poll-error", what=what, error=type(e).__name__)
-            raise _Later from e
-        except ApiError as e:
-            if e.status >= 500:
-                self._progress(w, "dispute-poll-error", what=what, status=e.status)
-                raise _Later from e
-            raise
-        except MinerProtocolError as e:
-            raise _GiveUp(f"{what}: {e}") from e
-
     async def _round_view(self, w: int) -> RoundView:
         client, run_id = self.runner.client, self.runner.run_id
         try:
-            view = await self._call("round view", w, lambda: client.round_view(run_id, w))
+            view = await self._steps.call("round view", w, lambda: client.round_view(run_id, w))
         except ApiError as e:
-            raise _GiveUp(f"round view: {e}") from e
+            raise GiveUp(f"round view: {e}") from e
         if view is None:
-            raise _GiveUp("the round view answers 404")
+            raise GiveUp("the round view answers 404")
         return view
 
     def _job_raw(self, view: RoundView) -> dict[str, Any] | None:
         hotkey = self.runner.keypair.ss58
         return next((j for j in view.jobs if j.get("target") == hotkey), None)
 
-    def _read_round(self, follow: _Follow, view: RoundView) -> None:
+    def _read_round(self, follow: Followed, view: RoundView) -> None:
         """Our status, our job's challenge and the verdict, each checked once read."""
         w, hotkey = follow.w, self.runner.keypair.ss58
         mine = [m for m in view.miners if m.hotkey == hotkey]
@@ -371,195 +308,32 @@ class DisputeFollower:
             message.recomputed_leaves_root,
         )
 
-    async def _dispute(self, follow: _Follow) -> DisputeView | None:
+    async def _dispute(self, follow: Followed) -> DisputeView | None:
         event = self.runner.journal.phases(follow.w).get("disputed")
         if event is None:
             return None
         client, run_id, dispute_id = self.runner.client, self.runner.run_id, event["dispute_id"]
         try:
-            view = await self._call(
+            view = await self._steps.call(
                 "dispute view", follow.w, lambda: client.dispute_view(run_id, dispute_id)
             )
         except ApiError as e:
-            raise _GiveUp(f"dispute view: {e}") from e
+            raise GiveUp(f"dispute view: {e}") from e
         if view.dispute_id != dispute_id or view.miner != self.runner.keypair.ss58:
-            raise _GiveUp(f"the dispute view is not of dispute {dispute_id} of this miner")
+            raise GiveUp(f"the dispute view is not of dispute {dispute_id} of this miner")
         return view
 
     # -- the steps ---------------------------------------------------------------------------
 
-    def _windows_and_committed(self, follow: _Follow) -> tuple[Any, str]:
-        rd = RoundDir(self.runner.config.workdir, follow.w)
-        if follow.challenge is None:
-            raise _GiveUp("no checked challenge of our audit")
-        try:
-            digests = [
-                preimage_digest(structure(LeafPreimage, p)) for p in rd.read_json("preimages.json")
-            ]
-        except (OSError, ValueError, HypertrainError) as e:
-            raise _GiveUp(f"preimages.json: {e}") from e
-        windows = rerun_windows(follow.challenge, len(digests))
-        return windows, committed_root(digests, windows)
-
-    async def _offload(self, w: int, what: str, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` through ``run_sync``; a failure of the trainer gives the round up."""
-        try:
-            result: T = await self._run_sync(fn, *args)
-        except (TrainerError, ServeError, ValueError, OSError, HypertrainError) as e:
-            raise _GiveUp(f"{what}: {e}") from e
-        return result
-
-    async def _prepare(self, w: int, view: RoundView) -> None:
-        runner = self.runner
-        if runner.prepare is None:
-            return
-        ids = RoundDir(runner.config.workdir, w).read_json("samples.json")
-        try:
-            await runner.prepare(ids, view.now_round)
-        except MinerError as e:
-            raise _GiveUp(f"dataset: {e}") from e
-
-    async def _rerun(self, follow: _Follow, view: RoundView, verdict: Verdict) -> None:
-        runner, w = self.runner, follow.w
-        windows, committed = self._windows_and_committed(follow)
-        computed = runner.journal.phases(w).get("rerun_computed")
-        if computed is None:
-            await self._prepare(w, view)
-            from hypertrain.miner.rerun import rerun_root  # imports torch: after configure
-
-            self._progress(w, "rerun-computing", windows=len(windows))
-            rd = RoundDir(runner.config.workdir, w)
-            root = await self._offload(
-                w, "rerun", rerun_root, runner.manifest, runner.run_id, rd, windows,
-                runner.samples, runner.faults.recompute,
-            )  # fmt: skip
-            runner.record(w, "rerun_computed", leaves_root=root, committed_root=committed)
-        else:
-            root = str(computed["leaves_root"])
-        hotkey = runner.keypair.ss58
-        sig = runner.keypair.sign(rerun_claim_bytes(runner.run_id, w, hotkey, root)).hex()
-        try:
-            answer = await self._call(
-                "rerun", w, lambda: runner.client.rerun(runner.run_id, w, hotkey, root, sig)
-            )
-            classification: Classification = answer.classification
-        except ApiError as e:
-            if e.status != 409:
-                raise _GiveUp(f"rerun refused: {e}") from e
-            status = follow.status or ""
-            classification = classify_locally(
-                root, verdict.recomputed_leaves_root, committed, status
-            )
-        runner.record(w, "reran", classification=classification, leaves_root=root)
-
-    async def _open(self, follow: _Follow, step: OpenDispute) -> None:
-        runner, w = self.runner, follow.w
-        hotkey, verdict_hash = runner.keypair.ss58, step.verdict.verdict_hash
-        body = Dispute(hotkey=hotkey, verdict_hash=verdict_hash, action=step.action)
-        envelope = seal(runner.keypair, "Dispute", runner.run_id, body, DISPUTE_EXP_DRAND)
-        try:
-            answer = await self._call(
-                "dispute", w, lambda: runner.client.dispute(runner.run_id, envelope)
-            )
-            dispute_id = answer.dispute_id
-        except ApiError as e:
-            if e.status != 409:
-                raise _GiveUp(f"dispute refused: {e}") from e
-            dispute_id = await self._existing(w, verdict_hash, e)
-        runner.record(w, "disputed", dispute_id=dispute_id, action=step.action)
-
-    async def _existing(self, w: int, verdict_hash: str, refused: ApiError) -> str:
-        """The dispute the coordinator already holds about our verdict (a 409's)."""
-        runner = self.runner
-        try:
-            found = await self._call(
-                "disputes",
-                w,
-                lambda: runner.client.disputes(runner.run_id, party=runner.keypair.ss58),
-            )
-        except ApiError as e:
-            raise _GiveUp(f"dispute refused ({refused.detail}), and listing: {e}") from e
-        for view in found:
-            if view.verdict_hash == verdict_hash and view.miner == runner.keypair.ss58:
-                return view.dispute_id
-        raise _GiveUp(f"dispute refused: {refused}")
-
-    def _posted(self, follow: _Follow, dispute_id: str) -> set[tuple[object, ...]]:
-        events = self.runner.journal.all_of(follow.w, "bisected")
-        return {
-            (e["level"], *e["interval"], e["N"], e.get("t"), e.get("layer"))
-            for e in events
-            if e["dispute_id"] == dispute_id
-        }
-
-    def _stage_done(self, follow: _Follow, stage: DisputeStage) -> bool:
-        """Whether this stage was posted (journal) or refused already: not posted again."""
-        dispute_id = str(self.runner.journal.phases(follow.w)["disputed"]["dispute_id"])
-        return stage.key() in follow.refused or stage.key() in self._posted(follow, dispute_id)
-
-    async def _bisect(self, follow: _Follow, view: RoundView, stage: DisputeStage) -> None:
-        runner, w = self.runner, follow.w
-        dispute_id = str(runner.journal.phases(w)["disputed"]["dispute_id"])
-        key = stage.key()
-        try:
-            target = stage.to_stage()
-        except ValueError as e:
-            raise _GiveUp(f"the dispute's stage: {e}") from e
-        recompute = await self._recompute(follow, view)
-        hashes = await self._offload(w, "bisect", recompute.hashes, target)
-        body = Bisect(
-            dispute_id=dispute_id,
-            level=stage.level,
-            interval=stage.interval,
-            N=stage.N,
-            hashes=tuple(hashes),
-            party=runner.keypair.ss58,
-        )
-        envelope = seal(runner.keypair, "Bisect", runner.run_id, body, DISPUTE_EXP_DRAND)
-        try:
-            await self._call("bisect", w, lambda: runner.client.bisect(runner.run_id, envelope))
-        except ApiError as e:
-            if e.status not in (409, 422):
-                raise _GiveUp(f"bisect refused: {e}") from e
-            follow.refused.add(key)
-            logger.warning("round %d: Bisect of stage %s refused: %s", w, key, e)
-            self._progress(w, "bisect-refused", level=stage.level, status=e.status)
-            return
-        runner.record(
-            w, "bisected", dispute_id=dispute_id, level=stage.level,
-            interval=list(stage.interval), N=stage.N, t=stage.t, layer=stage.layer,
-        )  # fmt: skip
-
-    async def _recompute(self, follow: _Follow, view: RoundView) -> Any:
-        if follow.recompute is not None:
-            return follow.recompute
-        runner, w = self.runner, follow.w
-        verdict, challenge = follow.verdict, follow.challenge
-        if verdict is None or challenge is None or not verdict.first_bad_leaf:
-            raise _GiveUp("no verdict leaf to bisect")
-        try:
-            start = dispute_start(challenge, verdict.first_bad_leaf)
-        except ValueError as e:
-            raise _GiveUp(str(e)) from e
-        await self._prepare(w, view)
-        from hypertrain.miner.rerun import dispute_recompute  # imports torch: after configure
-
-        rd = RoundDir(runner.config.workdir, w)
-        follow.recompute = await self._offload(
-            w, "recompute", dispute_recompute, runner.manifest, runner.run_id, rd, start,
-            runner.samples, runner.faults.recompute,
-        )  # fmt: skip
-        return follow.recompute
-
     # -- bounds and endings ------------------------------------------------------------------
 
     def _wait(
-        self, follow: _Follow, view: RoundView, dispute: DisputeView | None, step: Wait
+        self, follow: Followed, view: RoundView, dispute: DisputeView | None, step: Wait
     ) -> None:
         now = trio.current_time()
         if dispute is None:
             if step.why == "verdict" and now >= follow.verdict_until:
-                raise _GiveUp("no verdict by the serve deadline's time")
+                raise GiveUp("no verdict by the serve deadline's time")
             return
         stage = dispute.stage
         moved = (
@@ -575,9 +349,9 @@ class DisputeFollower:
             left = 0 if stage is None else max(stage.deadline_round - view.now_round, 0)
             follow.dispute_until = now + left * period + self.runner.settings.dispute_grace_seconds
         if now >= follow.dispute_until:
-            raise _GiveUp(f"the dispute did not move while waiting for the {step.why}")
+            raise GiveUp(f"the dispute did not move while waiting for the {step.why}")
 
-    def _unreachable(self, follow: _Follow) -> None:
+    def _unreachable(self, follow: Followed) -> None:
         """A poll failed on the network or with a 5xx: give up once past the verdict's bound
         (nothing asked of the miner yet) or ``dispute_grace_seconds`` of failures (a rerun or
         a dispute under way)."""
@@ -592,7 +366,7 @@ class DisputeFollower:
                 follow, f"no answer from the coordinator for {now - follow.failing_since:.0f}s"
             )
 
-    def _finish(self, follow: _Follow, dispute: DisputeView) -> None:
+    def _finish(self, follow: Followed, dispute: DisputeView) -> None:
         w, outcome = follow.w, dispute.outcome
         fields: dict[str, Any] = {
             "dispute_id": dispute.dispute_id,
@@ -606,7 +380,7 @@ class DisputeFollower:
         logger.info("round %d: dispute %s %s: %s", w, dispute.dispute_id, dispute.state, fields)
         self._settle(w, dispute.state, journal=True, **fields)
 
-    def _give_up(self, follow: _Follow, why: str) -> None:
+    def _give_up(self, follow: Followed, why: str) -> None:
         logger.warning("round %d: dispute follow given up: %s", follow.w, why)
         self._progress(follow.w, "dispute-given-up", reason=repr(why))
         self._settle(follow.w, f"gave-up: {why}", journal=False)

@@ -47,7 +47,7 @@ def _miner_exceptions() -> list[type[BaseException]]:
 @pytest.mark.usefixtures("configured")  # the walk imports the torch modules too
 def test_every_miner_error_is_under_the_one_root_and_drawn_in_its_tree() -> None:
     found = _miner_exceptions()
-    # the nine of errors.py, round's _Abort, auditserve's _Retry, disputes' _Later and _GiveUp
+    # the nine of errors.py, round's _Abort, auditserve's _Retry, disputesteps' Later, GiveUp
     assert len(found) == 13
     doc = errors.__doc__ or ""
     for cls in found:
