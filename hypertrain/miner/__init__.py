@@ -15,6 +15,11 @@ Importing this package does not import torch: the modules that do (``training``,
 - :mod:`~hypertrain.miner.honeypot`: the honeypot modes (spec 6.5);
 - :mod:`~hypertrain.miner.serves`: the StateServe of a kept leaf state (pure);
 - :mod:`~hypertrain.miner.auditserve`: the task that answers segment audits;
+- :mod:`~hypertrain.miner.disputeplan`: what to do about a MISMATCH, step by step (pure);
+- :mod:`~hypertrain.miner.rerun`: the miner's own recomputations for a rerun and a dispute;
+- :mod:`~hypertrain.miner.disputes`: the task that reruns, disputes and bisects, and
+  :mod:`~hypertrain.miner.disputesteps`: its steps (the requests, the journal lines);
+- :mod:`~hypertrain.miner.faults`: test-only fault injection into the miner's training;
 - :mod:`~hypertrain.miner.session`: :func:`run_miner`, the composition root;
 - :mod:`~hypertrain.miner.main`: the command line.
 """
@@ -22,6 +27,7 @@ Importing this package does not import torch: the modules that do (``training``,
 from hypertrain.miner.auditserve import AuditServer, Served
 from hypertrain.miner.client import ClientTimeouts, CoordinatorClient
 from hypertrain.miner.config import MinerConfig, load_config
+from hypertrain.miner.disputes import DisputeFollower, DisputeRecord
 from hypertrain.miner.errors import (
     ApiError,
     ConfigError,
@@ -33,6 +39,7 @@ from hypertrain.miner.errors import (
     StartStateError,
     UploadRefused,
 )
+from hypertrain.miner.faults import NO_FAULTS, Faults
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.journal import Journal, write_durable
 from hypertrain.miner.progress import Progress
@@ -40,12 +47,16 @@ from hypertrain.miner.round import RoundOutcome, RoundRunner, RoundSettings, Rou
 from hypertrain.miner.session import Summary, run_miner
 
 __all__ = [
+    "NO_FAULTS",
     "ApiError",
     "AuditServer",
     "ClientTimeouts",
     "ConfigError",
     "CoordinatorClient",
     "DataFetchError",
+    "DisputeFollower",
+    "DisputeRecord",
+    "Faults",
     "HoneypotMode",
     "Journal",
     "MinerConfig",

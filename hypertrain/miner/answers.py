@@ -13,6 +13,12 @@ at every level of nesting, only the keys the class names:
 - signed envelopes (``round_open``, ``receipt``, ``manifest_envelope``) stay the JSON objects
   exactly as received, so :func:`~hypertrain.protocol.envelope.verify` checks every key of them.
 
+The dispute answers (:class:`Reran`, :class:`DisputeOpened`, :class:`BisectPosted`,
+:class:`DisputeView` and its :class:`DisputeStage` / :class:`DisputeOutcome`) follow the
+contract of issue 14 (``notes/disputes-wire.md``); a stage's ``interval``, ``N`` and ``points``
+are checked against each other (:meth:`DisputeStage.to_stage`), since the miner computes its
+Bisect hashes at exactly those points.
+
 The round view's ``assignment[]`` items are :class:`~hypertrain.rounds.assignment.Assignment`,
 the class the miner derives its own with. Its audit fields (``audit_beacon_round``, ``selected``,
 ``jobs``) default to "absent": a coordinator that does not audit leaves them out. Each item of
@@ -32,14 +38,23 @@ from attrs import field, frozen
 from hypertrain.miner.errors import MinerProtocolError
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.errors import SchemaError
-from hypertrain.protocol.validators import hex64, optional, u_int
+from hypertrain.protocol.validators import hex64, optional, ss58, u_int
 from hypertrain.rounds.assignment import Assignment
+from hypertrain.rounds.bisection import Level, Party, Stage, points
 
 __all__ = [
     "AlreadyCommitted",
+    "BisectPosted",
     "Committed",
     "DatasetInfo",
+    "DisputeBisect",
+    "DisputeList",
+    "DisputeOpened",
+    "DisputeOutcome",
+    "DisputeStage",
+    "DisputeView",
     "LeavesAccepted",
+    "Reran",
     "RoundView",
     "RunInfo",
     "RunListing",
@@ -98,6 +113,8 @@ class ViewMiner:
 
     hotkey: str
     status: str
+    verdict: dict[str, Any] | None = None
+    """The ReplayVerdict envelope of this miner's audit (null until posted)."""
 
 
 @frozen
@@ -180,6 +197,113 @@ class UploadGrant:
     """``POST /v1/runs/{id}/uploads``: where to PUT the payload (relative to the API)."""
 
     url: str
+
+
+@frozen
+class Reran:
+    """``POST /v1/runs/{id}/rerun``: how the coordinator classified the rerun."""
+
+    w: int = field(validator=u_int)
+    hotkey: str = field(validator=ss58)
+    classification: Literal["TRANSIENT", "CONTEST", "FAULT"]
+
+
+@frozen
+class DisputeOpened:
+    """``POST /v1/runs/{id}/dispute``: the dispute's id and state."""
+
+    dispute_id: str = field(validator=hex64)
+    state: Literal["open", "accepted"]
+
+
+@frozen
+class DisputeStage:
+    """A dispute view's ``stage``: the bisection round waiting for Bisects."""
+
+    level: Level
+    interval: tuple[int, int]
+    N: int = field(validator=u_int)
+    points: tuple[int, ...]
+    deadline_round: int = field(validator=u_int)
+    awaiting: tuple[Party, ...]
+    t: int | None = field(default=None, validator=optional(u_int))
+    layer: int | None = field(default=None, validator=optional(u_int))
+
+    def to_stage(self) -> Stage:
+        """The :class:`~hypertrain.rounds.bisection.Stage`; ValueError when the interval, N
+        and points do not agree (the miner hashes exactly at ``points``)."""
+        a, b = self.interval
+        if list(self.points) != points(a, b, self.N):
+            raise ValueError(f"stage points {list(self.points)} are not those of [{a}, {b}]")
+        if (self.level != "step" and self.t is None) or (self.level == "op") != (
+            self.layer is not None
+        ):
+            raise ValueError(f"a {self.level} stage with t={self.t}, layer={self.layer}")
+        if self.level == "step":
+            return Stage("step", a, b, self.N)
+        return Stage(self.level, a, b, self.N, self.t, self.layer)
+
+    def key(self) -> tuple[str, int, int, int, int | None, int | None]:
+        """What identifies the stage (its journal line, a Bisect's target)."""
+        return (self.level, *self.interval, self.N, self.t, self.layer)
+
+
+@frozen
+class DisputeOutcome:
+    """A dispute view's ``outcome``: who lost and why."""
+
+    loser: str = field(validator=ss58)
+    loser_role: Party
+    cause: str
+    op_spec: str | None = None
+    resolved_round: int | None = field(default=None, validator=optional(u_int))
+    reason: str | None = None
+
+
+@frozen
+class DisputeBisect:
+    """An item of a dispute view's ``bisects``."""
+
+    seq: int = field(validator=u_int)
+    role: Party
+    level: Level
+    interval: tuple[int, int]
+    N: int = field(validator=u_int)
+
+
+@frozen
+class DisputeView:
+    """``GET /v1/runs/{id}/disputes/{dispute_id}`` (an item of the disputes list)."""
+
+    dispute_id: str = field(validator=hex64)
+    w: int = field(validator=u_int)
+    miner: str = field(validator=ss58)
+    auditor: str = field(validator=ss58)
+    verdict_hash: str = field(validator=hex64)
+    first_bad_leaf: int | None = field(validator=optional(u_int))
+    action: Literal["accept", "contest"]
+    state: Literal["open", "accepted", "resolved"]
+    stage: DisputeStage | None = None
+    referee: dict[str, Any] | None = None
+    outcome: DisputeOutcome | None = None
+    bisects: tuple[DisputeBisect, ...] = ()
+
+
+@frozen
+class DisputeList:
+    """``GET /v1/runs/{id}/disputes``."""
+
+    disputes: tuple[DisputeView, ...]
+
+
+@frozen
+class BisectPosted:
+    """``POST /v1/runs/{id}/bisect``: the dispute after this Bisect."""
+
+    dispute_id: str = field(validator=hex64)
+    state: Literal["open", "accepted", "resolved"]
+    seq: int | None = field(default=None, validator=optional(u_int))
+    stage: DisputeStage | None = None
 
 
 @functools.cache

@@ -11,6 +11,8 @@ event that depends on it::
     ef_out.bin        pack_state(ef_out), theta section only  (before "trained")
     leaf_state_{k}.bin  pack_state(theta, m, v, step) at leaf k (before "trained"),
                       k = 0 .. H/J; only under state_policy = carry (segment audits)
+    start_state.bin   pack_state(theta_start), the round start (before "trained");
+                      only without leaf states (what a full-mode rerun replays from)
     commit.json       the sealed Commit envelope              (before "trained")
     receipt.json      the verified Receipt envelope           (before "committed")
 
@@ -28,9 +30,11 @@ from typing import Any, Final
 from hypertrain.miner.journal import write_durable
 from hypertrain.trainer.state import TrainState, unpack_state
 
-__all__ = ["ROUNDS_DIR", "RoundDir", "leaf_state_file", "prune"]
+__all__ = ["ROUNDS_DIR", "START_STATE_FILE", "RoundDir", "leaf_state_file", "prune"]
 
 ROUNDS_DIR: Final = "rounds"
+START_STATE_FILE: Final = "start_state.bin"
+"""The round's start theta, kept when no leaf states are (a full-mode rerun starts there)."""
 
 
 def _dump(value: object) -> bytes:

@@ -62,7 +62,7 @@ from hypertrain.protocol.envelope import seal, verify
 from hypertrain.protocol.errors import HypertrainError
 from hypertrain.protocol.messages import AuditChallenge, RoundOpen
 
-__all__ = ["SERVE_EXP_DRAND", "AuditServer", "Served"]
+__all__ = ["SERVE_EXP_DRAND", "AuditServer", "Served", "check_challenge"]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -88,6 +88,29 @@ class _Watch:
     w: int
     serve_deadline: int
     give_up_at: float
+
+
+def check_challenge(runner: RoundRunner, w: int, job: ViewJob) -> AuditChallenge:
+    """The job's AuditChallenge, checked (module docstring, step 5); MinerProtocolError when
+    it is not a K_coord AuditChallenge of this run for our hotkey in round ``w``, or
+    ``challenge_hash`` is not its digest."""
+    coord = runner.manifest.coord_pubkey
+    try:
+        verified = verify(
+            job.challenge,
+            expected_run_id=runner.run_id,
+            signer_allowed=lambda t, s: t == "AuditChallenge" and s == coord,
+        )
+    except HypertrainError as e:
+        raise MinerProtocolError(f"job {job.id}: the challenge does not verify: {e}") from e
+    message = verified.message
+    if not isinstance(message, AuditChallenge):
+        raise MinerProtocolError(f"job {job.id}: not an AuditChallenge")
+    if (message.w, message.target) != (w, runner.keypair.ss58):
+        raise MinerProtocolError(f"job {job.id}: the challenge is not ours for {w}")
+    if verified.body_digest != job.challenge_hash:
+        raise MinerProtocolError(f"job {job.id}: challenge_hash is not its digest")
+    return message
 
 
 class _Retry(MinerError):
@@ -237,28 +260,11 @@ class AuditServer:
         return out
 
     def _challenge(self, w: int, job: ViewJob) -> AuditChallenge | None:
-        runner = self.runner
-        coord = runner.manifest.coord_pubkey
         try:
-            verified = verify(
-                job.challenge,
-                expected_run_id=runner.run_id,
-                signer_allowed=lambda t, s: t == "AuditChallenge" and s == coord,
-            )
-        except HypertrainError as e:
-            self._note(w, job.challenge_hash, f"job {job.id}: the challenge does not verify: {e}")
+            return check_challenge(self.runner, w, job)
+        except MinerProtocolError as e:
+            self._note(w, job.challenge_hash, str(e))
             return None
-        message = verified.message
-        if not isinstance(message, AuditChallenge):
-            self._note(w, job.challenge_hash, f"job {job.id}: not an AuditChallenge")
-            return None
-        if (message.w, message.target) != (w, runner.keypair.ss58):
-            self._note(w, job.challenge_hash, f"job {job.id}: the challenge is not ours for {w}")
-            return None
-        if verified.body_digest != job.challenge_hash:
-            self._note(w, job.challenge_hash, f"job {job.id}: challenge_hash is not its digest")
-            return None
-        return message
 
     async def _serve_job(self, w: int, job: ViewJob, challenge: AuditChallenge) -> bool:
         """Serve what the challenge still needs; True when nothing more is to be done."""

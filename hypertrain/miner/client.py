@@ -9,6 +9,8 @@ body, except where a route's contract makes a status part of the answer (404 of 
 wrong type, raises :class:`~hypertrain.miner.errors.MinerProtocolError` naming it. The answers
 of Accept and DeltaManifest are not read (their 2xx is the answer). Segment audits use the
 upload grant with a ``challenge_hash`` and ``POST /v1/runs/{id}/state`` (spec 3, StateServe).
+Disputes (issue 14) use ``POST .../rerun``, ``.../dispute``, ``.../bisect`` and the dispute
+views ``GET .../disputes[/{dispute_id}]``.
 """
 
 from __future__ import annotations
@@ -24,9 +26,14 @@ import httpx
 
 from hypertrain.miner.answers import (
     AlreadyCommitted,
+    BisectPosted,
     Committed,
     DatasetInfo,
+    DisputeList,
+    DisputeOpened,
+    DisputeView,
     LeavesAccepted,
+    Reran,
     RoundView,
     RunInfo,
     RunListing,
@@ -208,6 +215,33 @@ class CoordinatorClient:
         return await self._read(
             ServeStored, "POST", f"/v1/runs/{run_id}/state", json=envelope.to_json()
         )
+
+    async def rerun(self, run_id: str, w: int, hotkey: str, leaves_root: str, sig: str) -> Reran:
+        """``POST /v1/runs/{id}/rerun``: the rerun root, signed over ``rerun_claim_bytes``."""
+        body = {"w": w, "hotkey": hotkey, "leaves_root": leaves_root, "sig": sig}
+        return await self._read(Reran, "POST", f"/v1/runs/{run_id}/rerun", json=body)
+
+    async def dispute(self, run_id: str, envelope: Envelope) -> DisputeOpened:
+        """``POST /v1/runs/{id}/dispute`` with a Dispute envelope (accept or contest)."""
+        return await self._read(
+            DisputeOpened, "POST", f"/v1/runs/{run_id}/dispute", json=envelope.to_json()
+        )
+
+    async def bisect(self, run_id: str, envelope: Envelope) -> BisectPosted:
+        """``POST /v1/runs/{id}/bisect`` with a Bisect envelope: the dispute after it."""
+        return await self._read(
+            BisectPosted, "POST", f"/v1/runs/{run_id}/bisect", json=envelope.to_json()
+        )
+
+    async def dispute_view(self, run_id: str, dispute_id: str) -> DisputeView:
+        """``GET /v1/runs/{id}/disputes/{dispute_id}``."""
+        return await self._read(DisputeView, "GET", f"/v1/runs/{run_id}/disputes/{dispute_id}")
+
+    async def disputes(self, run_id: str, *, party: str | None = None) -> tuple[DisputeView, ...]:
+        """``GET /v1/runs/{id}/disputes[?party=]``: the run's disputes (of ``party``)."""
+        params = {} if party is None else {"party": party}
+        path = f"/v1/runs/{run_id}/disputes"
+        return (await self._read(DisputeList, "GET", path, params=params)).disputes
 
     async def get_object(self, keypair: Keypair, run_id: str, sha256: str, now: int) -> bytes:
         """``GET /v1/objects/{sha256}`` with signed headers valid until ``now + TTL``."""

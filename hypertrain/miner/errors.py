@@ -20,8 +20,13 @@
     │                           up, the miner goes on
     ├── round._Abort            (private) ends round ``w`` early with its RoundStatus; the
     │                           round runner turns it into the round's outcome
-    └── auditserve._Retry       (private) a serve failed on the network or with a 5xx; the
-                                audit server tries it again at its next poll
+    ├── auditserve._Retry       (private) a serve failed on the network or with a 5xx; the
+    │                           audit server tries it again at its next poll
+    ├── disputesteps.Later      a dispute step failed on the network or with a 5xx; the
+    │                           dispute follower tries it again at its next poll
+    └── disputesteps.GiveUp     a round's dispute cannot be followed further (a refusal, a
+                                broken answer, a failed recomputation, a bound passed):
+                                logged, the miner goes on
 
 ``->`` marks errors the miner re-raises as another (``raise ... from e``, so the cause stays
 attached). Outside the tree the process boundary (:mod:`hypertrain.miner.main`) also maps the

@@ -9,6 +9,16 @@ appended with ``write`` + ``fsync``. Phases (in round order)::
                             of the round: {"challenge_hash", "t", "blob_sha256"} (any time
                             after "leaves"; see :mod:`hypertrain.miner.auditserve`)
 
+After a MISMATCH (:mod:`hypertrain.miner.disputes`), any time after "leaves"::
+
+    rerun_computed  {"leaves_root", "committed_root"}   the rerun's root, before posting it
+    reran           {"classification", "leaves_root"}   the coordinator's classification
+    disputed        {"dispute_id", "action"}            the Dispute the coordinator holds
+    bisected        {"dispute_id", "level", "interval", "N", "t", "layer"}   one per stage
+    dispute_settled {"reason", ...}                     nothing more to do about the round's
+                            audit (a verdict, TRANSIENT, or the dispute's outcome: "dispute_id",
+                            "state", "loser", "loser_role", "cause", "op_spec")
+
 A line cut short by a crash (no trailing newline, or not JSON) can only be the last one: it is
 ignored and truncated away when the journal is loaded, so the next append starts a clean line.
 
@@ -38,6 +48,11 @@ PHASES: Final = (
     "skipped",
     "aborted",
     "served",
+    "rerun_computed",
+    "reran",
+    "disputed",
+    "bisected",
+    "dispute_settled",
 )
 TERMINAL_PHASES: Final = frozenset({"manifest_posted", "skipped", "aborted"})
 
@@ -133,6 +148,10 @@ class Journal:
             for e in self._events
             if e["w"] == w and e["phase"] == "served"
         )
+
+    def all_of(self, w: int, phase: str) -> list[dict[str, Any]]:
+        """Every event of ``phase`` recorded for round ``w``, oldest first."""
+        return [e for e in self._events if e["w"] == w and e["phase"] == phase]
 
     def rounds(self) -> list[int]:
         """The rounds with at least one event, ascending."""

@@ -40,6 +40,7 @@ from hypertrain.miner.errors import (
     StartStateError,
     UploadRefused,
 )
+from hypertrain.miner.faults import NO_FAULTS, Faults
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.journal import Journal
 from hypertrain.miner.progress import Progress
@@ -116,6 +117,13 @@ class RoundSettings:
     serve_grace_seconds: float = 120.0
     """Extra time beyond a round's ``(serve_deadline - D) * period`` before the audit server
     stops waiting for that round's audit to settle (a stalled beacon, an unreachable API)."""
+    verdict_grace_seconds: float = 120.0
+    """Extra time beyond a round's ``(serve_deadline - D) * period`` before the dispute
+    follower stops waiting for this miner's verdict (:mod:`hypertrain.miner.disputes`)."""
+    dispute_grace_seconds: float = 600.0
+    """How long the dispute follower waits, once nothing is asked of the miner, for a
+    dispute to move (the auditor's Bisect, the referee, the timeout) beyond the current
+    stage's ``deadline_round`` (estimated at ``period`` seconds a round) before giving up."""
     post_attempts: int = 3
     """Tries of a POST/PUT on network errors or 5xx answers."""
 
@@ -149,6 +157,8 @@ class RoundRunner:
     settings: RoundSettings = DEFAULT_SETTINGS
     prepare: Prepare | None = None
     """Called with the assigned sample ids and D before training (fetches remote shards)."""
+    faults: Faults = NO_FAULTS
+    """Test-only fault injection (:mod:`hypertrain.miner.faults`)."""
 
     def reached(self, point: str, w: int) -> None:
         """Call the test hook at ``point`` of round ``w`` (when one is set)."""

@@ -15,8 +15,17 @@
    artifacts older than ``E_vest_rounds + 2`` rounds, while an
    :class:`~hypertrain.miner.auditserve.AuditServer` beside it (same nursery) serves the
    segment audits of this miner's rounds;
-5. after the last round keeps serving until the audit of every round it posted leaves for is
-   settled (the server's bounds: the serve deadline's wall time plus ``serve_grace_seconds``).
+5. a :class:`~hypertrain.miner.disputes.DisputeFollower` beside both reruns, disputes and
+   bisects every round whose verdict is a MISMATCH (issue 14);
+6. after the last round keeps serving until the audit of every round it posted leaves for is
+   settled (the server's bounds: the serve deadline's wall time plus ``serve_grace_seconds``),
+   and following until each such round's verdict, and its dispute if any, is settled (the
+   follower's bounds: ``verdict_grace_seconds``, ``dispute_grace_seconds``).
+
+Test-only keywords (never reachable from the CLI or ``miner.toml``): ``faults`` injects a
+training fault or glitch (:mod:`hypertrain.miner.faults`); ``run_sync`` runs the follower's
+recomputations (worker threads by default; virtual-time tests pass
+:func:`nurseries.run_inline`).
 
 Default ``start``: the oldest round the journal left unfinished, else the run's newest round,
 else 0. Fatal problems raise :class:`~hypertrain.miner.errors.MinerFatal` or one of its
@@ -41,7 +50,9 @@ from hypertrain.miner.auditserve import AuditServer, Served
 from hypertrain.miner.client import CoordinatorClient
 from hypertrain.miner.config import MinerConfig
 from hypertrain.miner.datacache import RemoteDataset
+from hypertrain.miner.disputes import DisputeFollower, DisputeRecord
 from hypertrain.miner.errors import ApiError, MinerFatal
+from hypertrain.miner.faults import NO_FAULTS, Faults
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.journal import Journal
 from hypertrain.miner.progress import Progress
@@ -61,6 +72,7 @@ from hypertrain.protocol.errors import HypertrainError
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import ReferenceEnv, RunManifest
 from hypertrain.trainer.errors import TrainerError
+from nurseries import RunSync
 
 __all__ = ["Summary", "check_dataset", "run_miner"]
 
@@ -78,6 +90,8 @@ class Summary:
     rounds: tuple[RoundOutcome, ...]
     served: tuple[Served, ...] = ()
     """The StateServes this run posted and the coordinator stored (segment audits)."""
+    disputes: tuple[DisputeRecord, ...] = ()
+    """How each MISMATCHed round's rerun and dispute ended (issue 14)."""
 
     @property
     def exit_code(self) -> int:
@@ -89,6 +103,7 @@ class Summary:
             "hotkey": self.hotkey,
             "rounds": [unstructure(r) for r in self.rounds],
             "served": [unstructure(s) for s in self.served],
+            "disputes": [unstructure(d) for d in self.disputes],
             "ok": self.exit_code == 0,
         }
 
@@ -139,6 +154,11 @@ def check_dataset(config: MinerConfig, manifest: RunManifest) -> Dataset:
     return dataset
 
 
+async def _threaded(fn: Callable[..., Any], *args: Any) -> Any:
+    """A recomputation in a worker thread (abandoned on cancellation: it only computes)."""
+    return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+
+
 def _default_configure(env: ReferenceEnv) -> None:
     from hypertrain.trainer.determinism import configure
 
@@ -146,25 +166,29 @@ def _default_configure(env: ReferenceEnv) -> None:
 
 
 async def _mine_and_serve(
-    runner: RoundRunner, server: AuditServer, rounds: range
+    runner: RoundRunner, server: AuditServer, follower: DisputeFollower, rounds: range
 ) -> tuple[RoundOutcome, ...]:
-    """Mine ``rounds`` with ``server`` running beside, then wait for its audits to settle
-    (unless the manifest names no auditor: then nothing is drawn or served).
+    """Mine ``rounds`` with ``server`` and ``follower`` running beside, then wait for the
+    audits and disputes to settle (unless the manifest names no auditor: then nothing is
+    drawn, served or disputed).
 
     An error of the round loop is taken out of the nursery before it closes and raised as
-    itself (the server is cancelled); an error of the server propagates as the nursery's group.
+    itself (the tasks beside are cancelled); an error of those propagates as the nursery's
+    group.
     """
     outcomes: list[RoundOutcome] = []
     failure: Exception | None = None
     keep = runner.manifest.verify.E_vest_rounds + 2
     async with trio.open_nursery() as nursery:
         await nursery.start(server.run)
+        await nursery.start(follower.run)
         try:
             for w in rounds:
                 outcomes.append(await runner.mine_round(w))
                 prune(runner.config.workdir, w, keep)
             if runner.manifest.auditors:  # a run that names no auditor is never audited
                 await server.wait_settled()
+                await follower.wait_settled()
         except Exception as e:  # re-raised below, once the server is cancelled
             failure = e
         nursery.cancel_scope.cancel()
@@ -185,6 +209,8 @@ async def run_miner(
     hook: Hook | None = None,
     settings: RoundSettings = DEFAULT_SETTINGS,
     configure: Callable[[ReferenceEnv], None] = _default_configure,
+    faults: Faults = NO_FAULTS,
+    run_sync: RunSync | None = None,
 ) -> Summary:
     """Mine ``rounds`` rounds (module docstring)."""
     progress = progress or Progress()
@@ -222,10 +248,12 @@ async def run_miner(
             mode=mode,
             hook=hook,
             settings=settings,
+            faults=faults,
         )
         server = AuditServer(runner)
-        outcomes = await _mine_and_serve(runner, server, range(start, start + rounds))
-        return Summary(run_id, keypair.ss58, outcomes, server.served)
+        follower = DisputeFollower(runner, run_sync=run_sync or _threaded)
+        outcomes = await _mine_and_serve(runner, server, follower, range(start, start + rounds))
+        return Summary(run_id, keypair.ss58, outcomes, server.served, follower.records)
     except ApiError as e:
         if e.status >= 500:
             raise

@@ -9,7 +9,10 @@ it lazily, after :func:`hypertrain.trainer.determinism.configure` ran.
   manifest's ``outer.ef_beta``;
 - under ``carry`` the state at every leaf (``leaf_state_{k}.bin``, what segment audits ask the
   miner to serve); under ``reset``/``derived`` the audit replays the whole round (full mode),
-  so none is kept;
+  so none is kept, only the start theta (``start_state.bin``, what a rerun after a MISMATCH
+  replays from: :mod:`hypertrain.miner.rerun`);
+- the training runs with the test-only fault of the round (``runner.faults``,
+  :mod:`hypertrain.miner.faults`), if any;
 - the Commit (spec 5.5) is sealed here with ``exp_drand = d_final`` and stored whole in
   ``commit.json``, so a restart re-posts the very same bytes.
 """
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hypertrain.miner.artifacts import RoundDir, leaf_state_file
+from hypertrain.miner.artifacts import START_STATE_FILE, RoundDir, leaf_state_file
 from hypertrain.miner.training import train_round_async
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.envelope import seal
@@ -91,6 +94,7 @@ async def train_and_save(
         mode=runner.mode,
         on_step=on_step,
         keep_leaf_states=inner.state_policy == "carry",
+        fault=runner.faults.training(w),
     )
     ef_in = previous_ef_out(runner, w)
     beta = float(f32_from_hex(manifest.outer.ef_beta))
@@ -122,6 +126,8 @@ async def train_and_save(
         rd.write_bytes(
             leaf_state_file(k), pack_state(state.theta, state.opt.m, state.opt.v, state.opt.step)
         )
+    if inner.state_policy != "carry":
+        rd.write_bytes(START_STATE_FILE, pack_state(theta_start))
     rd.write_json("commit.json", envelope.to_json())
     runner.progress.phase(
         w, "trained-summary", loss=f"{result.losses[-1]:.4f}", delta_bytes=packed.delta_bytes

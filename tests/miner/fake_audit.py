@@ -12,6 +12,8 @@ target, its ``challenge`` a sealed AuditChallenge (``challenge_signer``, K_coord
   uploaded, tensor_root or stage hashes not the blob's / the committed preimage's, bad proof;
   an identical serve again answers the same 200.
 
+A job whose every window is served is ``done`` (its auditor found nothing: the miner's dispute
+follower has nothing to wait for; tests/miner/fake_dispute.py adds real verdicts).
 ``events`` records ``(D, what)`` of the posts; ``fail_blob_puts`` answers that many blob PUTs
 with a 503 first; ``freeze_at`` stops the beacon (D) at that round.
 """
@@ -102,8 +104,10 @@ class AuditingCoordinator(FakeCoordinator):
                 for (h, t), body in sorted(self.serves.items())
                 if h == ch
             ]
+            starts = {a * self.manifest.inner.J for a, _ in self.segments}
+            state = "done" if starts <= {s["t"] for s in serves} else "waiting"
             jobs.append({
-                "id": f"a_{w:08x}{i:08x}", "target": target, "state": "waiting", "result": None,
+                "id": f"a_{w:08x}{i:08x}", "target": target, "state": state, "result": None,
                 "challenge": env, "challenge_hash": ch,
                 "serves": serves if self.list_serves else [],
             })  # fmt: skip

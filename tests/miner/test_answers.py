@@ -150,5 +150,6 @@ async def test_a_broken_round_view_ends_the_miner_with_exit_2_naming_the_field(
         "hotkey": miner_key.ss58,
         "rounds": [{"w": 0, "status": "UPLOADED", "detail": ""}],
         "served": [],
+        "disputes": [],
         "ok": True,
     }
