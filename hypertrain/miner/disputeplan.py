@@ -67,18 +67,21 @@ VERDICT_STATUSES = frozenset(
 
 @frozen
 class Window:
-    """One recomputation of a rerun: from the state at leaf ``start``, the leaves ``leaves``
-    (full mode: ``start = 0`` and every leaf, 0 included; segments: ``a`` and ``a+1 .. b``)."""
+    """One recomputation of a rerun, the leaves ``leaves`` of ``[start, end]``: full mode
+    (``full``) the whole round from the round start (public theta, reset optimizer state),
+    every leaf, 0 included; segments mode ``[a, b]`` from the kept state at leaf ``a`` (its
+    carried optimizer state included), leaves ``a+1 .. b``."""
 
     start: int
     end: int
     leaves: tuple[int, ...]
+    full: bool = False
 
 
 def rerun_windows(challenge: AuditChallenge, n_leaves: int) -> tuple[Window, ...]:
     """What a rerun recomputes, in the order its root covers the leaves (module docstring)."""
     if challenge.mode == "full":
-        return (Window(0, n_leaves - 1, tuple(range(n_leaves))),)
+        return (Window(0, n_leaves - 1, tuple(range(n_leaves)), full=True),)
     return tuple(Window(a, b, tuple(range(a + 1, b + 1))) for a, b in challenge.segments)
 
 
@@ -87,11 +90,12 @@ def committed_root(digests: Sequence[bytes], windows: Sequence[Window]) -> str:
     return merkle_root_hex([digests[k] for w in windows for k in w.leaves])
 
 
-def dispute_start(challenge: AuditChallenge, first_bad_leaf: int) -> int:
-    """The leaf a dispute's recomputation starts from: 0 in full mode; in segments mode the
-    start ``a`` of the first challenged window ``[a, b]`` with ``a < k <= b``."""
+def dispute_start(challenge: AuditChallenge, first_bad_leaf: int) -> int | None:
+    """Where a dispute's recomputation starts: None in full mode (the round start); in
+    segments mode the kept state at the start ``a`` of the first challenged window ``[a, b]``
+    with ``a < k <= b``."""
     if challenge.mode == "full":
-        return 0
+        return None
     for a, b in challenge.segments:
         if a < first_bad_leaf <= b:
             return a

@@ -34,11 +34,13 @@ from hypertrain.trainer.replay import replay
 __all__ = ["dispute_recompute", "load_state", "rerun_root"]
 
 
-def load_state(rd: RoundDir, manifest: RunManifest, leaf: int) -> StateAt:
-    """The state a recomputation from leaf ``leaf`` starts at: leaf 0 is the round start
-    (reset optimizer state); a later leaf its kept full state. ServeError when not kept."""
+def load_state(rd: RoundDir, manifest: RunManifest, leaf: int | None) -> StateAt:
+    """The state a recomputation starts at: ``None`` the round start (the start theta with a
+    reset optimizer state, what a full-mode audit replays), a leaf its kept full state (what
+    the miner served: under ``carry`` leaf 0 holds the carried-in m, v and step). ServeError
+    when it is not kept."""
     try:
-        if leaf == 0:
+        if leaf is None:
             name = START_STATE_FILE if rd.exists(START_STATE_FILE) else leaf_state_file(0)
             return round_start(manifest, rd.read_state(name).theta, None)
         state = rd.read_state(leaf_state_file(leaf))
@@ -69,8 +71,8 @@ def rerun_root(
     ids = _sample_ids(rd)
     digests: list[bytes] = []
     for window in windows:
-        start = load_state(rd, manifest, window.start)
-        if window.start == 0 and window.leaves and window.leaves[0] == 0:  # full mode
+        start = load_state(rd, manifest, None if window.full else window.start)
+        if window.full:
             result = train_round(
                 manifest, run_id, rd.w, start.theta, ids, samples, None, fault=fault
             )
@@ -87,10 +89,11 @@ def dispute_recompute(
     manifest: RunManifest,
     run_id: str,
     rd: RoundDir,
-    start_leaf: int,
+    start_leaf: int | None,
     samples: SampleSource,
     fault: Fault | None = None,
 ) -> Recompute:
-    """The miner's recomputation of a dispute, from leaf ``start_leaf`` (module docstring)."""
+    """The miner's recomputation of a dispute from the kept state at leaf ``start_leaf``, or
+    from the round start (None: full mode) (module docstring)."""
     start = load_state(rd, manifest, start_leaf)
     return Recompute(manifest, run_id, rd.w, _sample_ids(rd), samples, start, fault=fault)

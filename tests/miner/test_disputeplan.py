@@ -62,11 +62,11 @@ def test_the_rerun_covers_exactly_the_leaves_the_coordinator_compares(ch: AuditC
     want = merkle_root_hex([digests[k] for k in compared_leaves(ch, n_leaves)])
     assert committed_root(digests, windows) == want
     for w in windows:  # each window recomputes from its start: the auditor's starting point
-        assert w.start == (0 if ch.mode == "full" else w.leaves[0] - 1)
+        assert (w.full, w.start) == ((True, 0) if ch.mode == "full" else (False, w.leaves[0] - 1))
 
 
 def test_a_dispute_recomputes_from_the_round_start_or_the_window_holding_the_leaf() -> None:
-    assert dispute_start(challenge("full"), 3) == 0
+    assert dispute_start(challenge("full"), 3) is None  # the round start
     segments = challenge("segments", ((0, 1), (1, 2), (2, 3)))
     assert [dispute_start(segments, k) for k in (1, 2, 3)] == [0, 1, 2]
     with pytest.raises(ValueError, match="no challenged window"):

@@ -95,6 +95,7 @@ async def _mine(
     mode: HoneypotMode = HoneypotMode.HONEST,
     settings: RoundSettings = DEFAULT_SETTINGS,
     progress: Progress | None = None,
+    rounds: int = 1,
 ) -> Summary:
     def hook(point: str, w: int) -> None:
         if point == crash_at:
@@ -102,7 +103,7 @@ async def _mine(
 
     with trio.fail_after(RUN_TIMEOUT):
         return await run_miner(
-            config, key, rounds=1, start=0, transport=fake.transport(),
+            config, key, rounds=rounds, start=0, transport=fake.transport(),
             progress=progress or Progress(io.StringIO()), hook=hook, configure=lambda env: None,
             faults=faults, mode=mode, settings=settings, run_sync=run_inline,
         )  # fmt: skip
@@ -135,6 +136,27 @@ async def test_a_glitch_is_rerun_to_transient_and_nothing_more(
     assert summary.to_json()["disputes"][0]["classification"] == "TRANSIENT"
 
 
+@pytest.mark.parametrize("mode", ["segments"], indirect=True)
+async def test_a_glitch_in_a_later_round_reruns_from_the_kept_carried_in_state(
+    fake: DisputingCoordinator,
+    miner_key: Keypair,
+    tmp_path: Path,
+    data_dir: Path,
+    configured: None,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Round 1's window [0, 1] starts from leaf_state_0.bin with the m, v and step carried in
+    from round 0 (not a reset state): what the auditor replays from the served blob."""
+    fake.rounds = 2
+    glitch = Fault(t=1, layer=2, op="update", index=0)  # leaf 1 of round 1 only
+    faults = Faults(glitch=glitch, glitch_rounds=frozenset({1}))
+    summary = await _mine(fake, _config(tmp_path, data_dir), miner_key, faults=faults, rounds=2)
+    assert summary.exit_code == 0
+    hotkey = miner_key.ss58
+    assert (fake.status[(0, hotkey)], fake.status[(1, hotkey)]) == ("MATCH", "TRANSIENT")
+    assert summary.disputes == (DisputeRecord(1, "transient", "TRANSIENT"),)
+
+
 async def test_a_faulty_miner_contests_and_bisects_down_to_the_op_it_loses_on(
     mode: str,
     fake: DisputingCoordinator,
@@ -156,7 +178,7 @@ async def test_a_faulty_miner_contests_and_bisects_down_to_the_op_it_loses_on(
     assert [e["level"] for e in _phases(config, "bisected")] == levels
     # each Bisect holds the miner's own faulty recomputation's hashes at the stage's points
     mine = dispute_recompute(
-        fake.manifest, fake.run_id, RoundDir(config.workdir, 0), 0 if mode == "full" else 1,
+        fake.manifest, fake.run_id, RoundDir(config.workdir, 0), None if mode == "full" else 1,
         fake.samples, FAULT,
     )  # fmt: skip
     for b in dispute.bisects:
@@ -221,6 +243,7 @@ async def test_lost_answers_and_restarts_never_repeat_a_step(
     assert fake.posts["rerun"] == 2
 
 
+@pytest.mark.parametrize("mode", ["segments"], indirect=True)
 async def test_a_referee_that_never_comes_is_given_up_after_the_grace(
     fake: DisputingCoordinator,
     miner_key: Keypair,

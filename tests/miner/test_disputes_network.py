@@ -250,3 +250,20 @@ async def test_a_silent_auditor_loses_at_the_stage_deadline_and_the_miner_is_cle
     (dispute,) = disputes
     assert [b["role"] for b in dispute["bisects"]] == ["miner"]
     assert _status(view) == "MATCH"
+
+
+async def test_a_rerun_that_matches_neither_side_accepts_the_fault_at_the_real_coordinator(
+    tmp_path: Path,
+    data_dir: Path,
+    run_manifest: RunManifest,
+    configured: None,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    other = Fault(t=3, layer=2, op="update", index=1)  # the committed training's glitch
+    faults = Faults(fault=FAULT, glitch=other)
+    summary, view, disputes = await _network(tmp_path, data_dir, run_manifest, faults)
+    (record,) = summary.disputes
+    assert (record.classification, record.action, record.state) == ("FAULT", "accept", "accepted")
+    (dispute,) = disputes
+    assert (dispute["state"], dispute["bisects"]) == ("accepted", [])
+    assert _status(view) == "MISMATCH"
