@@ -2,7 +2,9 @@
 
 A :class:`Fault` names an op as the bisection names it (step ``t``, ``layer``, ``op`` of
 :func:`hypertrain.rounds.bisection.layer_ops`) and a flat element ``index``. Training with it
-(``Stepper(..., fault=...)``) replaces that element by ``nextafter(x, +inf)`` in float32:
+(``Stepper(..., fault=...)``) replaces that element by ``nextafter(x, +inf)`` in float32, or,
+with ``ulps = k > 1``, by ``x + k * spacing(x)`` rounded to float32 (a change big enough that
+later rounding cannot swallow it: a one-ulp change often vanishes in the next add):
 
 - a forward op (``embed`` .. ``loss``): in micro-batch 0's output, through :func:`nudged`, an
   autograd op whose gradient passes straight through, so the change reaches the rest of the
@@ -39,6 +41,7 @@ class Fault:
     layer: int
     op: str
     index: int = 0
+    ulps: int = 1
 
     def hits(self, t: int, layer: int, op: str) -> bool:
         """Whether this fault perturbs ``op`` of ``layer`` in step ``t``."""
@@ -53,12 +56,18 @@ def check_fault(fault: Fault, n_layers: int, H: int) -> None:  # noqa: N803
         raise ValueError(f"layer {fault.layer} has no op {fault.op!r}")
     if fault.index < 0:
         raise ValueError(f"fault index {fault.index} is negative")
+    if not 1 <= fault.ulps <= 2**22:
+        raise ValueError(f"fault ulps {fault.ulps} is outside 1..2^22")
 
 
-def _up(value: torch.Tensor) -> torch.Tensor:
-    """``nextafter(value, +inf)`` of a float32 element, as a tensor like ``value``."""
+def _up(value: torch.Tensor, ulps: int = 1) -> torch.Tensor:
+    """``nextafter(value, +inf)`` of a float32 element (``ulps > 1``: ``value + ulps *
+    spacing(value)`` rounded to float32), as a tensor like ``value``."""
     x = np.float32(value.item())
-    return torch.tensor(np.nextafter(x, np.float32(np.inf)), dtype=torch.float32)
+    if ulps == 1:
+        return torch.tensor(np.nextafter(x, np.float32(np.inf)), dtype=torch.float32)
+    moved = np.float32(float(x) + ulps * float(np.spacing(x)))
+    return torch.tensor(moved, dtype=torch.float32)
 
 
 def _checked_index(x: torch.Tensor, index: int) -> int:
@@ -73,29 +82,29 @@ class _Nudge(torch.autograd.Function):
     """Forward: a copy with one element one ulp up; backward: the gradient unchanged."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, index: int) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, index: int, ulps: int) -> torch.Tensor:
         out = x.clone()
         flat = out.view(-1)
-        flat[index] = _up(flat[index])
+        flat[index] = _up(flat[index], ulps)
         return out
 
     @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor, None]:
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         (grad,) = grads
-        return grad, None
+        return grad, None, None
 
 
-def nudged(x: torch.Tensor, index: int) -> torch.Tensor:
-    """``x`` with flat element ``index`` replaced by ``nextafter(x, +inf)``; the gradient flows
-    to ``x`` unchanged (module docstring)."""
+def nudged(x: torch.Tensor, index: int, ulps: int = 1) -> torch.Tensor:
+    """``x`` with flat element ``index`` moved ``ulps`` ulps up (module docstring); the
+    gradient flows to ``x`` unchanged."""
     at = _checked_index(x, index)
-    out: torch.Tensor = _Nudge.apply(x.contiguous(), at)  # type: ignore[no-untyped-call]
+    out: torch.Tensor = _Nudge.apply(x.contiguous(), at, ulps)  # type: ignore[no-untyped-call]
     return out
 
 
-def nudge_in_place(x: torch.Tensor, index: int) -> None:
-    """Flat element ``index`` of the leaf tensor ``x`` one ulp up, outside autograd."""
+def nudge_in_place(x: torch.Tensor, index: int, ulps: int = 1) -> None:
+    """Flat element ``index`` of the leaf tensor ``x`` ``ulps`` ulps up, outside autograd."""
     _checked_index(x, index)
     with torch.no_grad():
         flat = x.view(-1)
-        flat[index] = _up(flat[index])
+        flat[index] = _up(flat[index], ulps)

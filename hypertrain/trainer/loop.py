@@ -186,7 +186,7 @@ class Stepper:
         lr = inner_lr(inner, self.w, t)
         adamw_step(self.theta, dict(zip(names, total, strict=True)), self.opt, lr, self.hyper)
         if self.fault is not None and self.fault.hits(t, self.manifest.model.n_layers, UPDATE_OP):
-            nudge_in_place(self.theta[min(self.theta)], self.fault.index)
+            nudge_in_place(self.theta[min(self.theta)], self.fault.index, self.fault.ulps)
         self.losses.append(ce_sum / inner.grad_accum)
         self.t = t
 
@@ -199,7 +199,7 @@ class Stepper:
 
         def tap(layer: int, op: str, out: torch.Tensor) -> torch.Tensor:
             if fault is not None and fault.hits(t, layer, op):
-                out = nudged(out, fault.index)
+                out = nudged(out, fault.index, fault.ulps)
             if observe is not None:
                 observe(micro, layer, op, out)
             return out

@@ -60,6 +60,7 @@ __all__ = [
     "classify",
     "compared_leaves",
     "post_rerun",
+    "reruns_of_round",
 ]
 
 Classification = Literal["TRANSIENT", "CONTEST", "FAULT"]
@@ -165,3 +166,21 @@ def post_rerun(
         )
         lift_blacklist_unless_faulted(conn, run_id, req.hotkey)
     return {"w": req.w, "hotkey": req.hotkey, "classification": result}
+
+
+def reruns_of_round(conn: sqlite3.Connection, run_id: str, w: int) -> dict[str, dict[str, Any]]:
+    """The round's reruns by hotkey: ``{leaves_root, classification, epoch, rerun_round}``."""
+    rows = conn.execute(
+        "SELECT hotkey, leaves_root, classification, epoch, rerun_round FROM reruns"
+        " WHERE run_id = ? AND w = ?",
+        (run_id, w),
+    )
+    return {
+        hotkey: {
+            "leaves_root": root,
+            "classification": classification,
+            "epoch": epoch,
+            "rerun_round": rerun_round,
+        }
+        for hotkey, root, classification, epoch, rerun_round in rows
+    }

@@ -26,6 +26,7 @@ from hypertrain.coordinator.flows.aggregation import AggregationRow, get_aggrega
 from hypertrain.coordinator.flows.disputes import round_disputes
 from hypertrain.coordinator.flows.heldout import get_loss
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
+from hypertrain.coordinator.flows.rerun import reruns_of_round
 from hypertrain.coordinator.flows.worker import is_ready
 from hypertrain.coordinator.tables.audits import (
     JobRow,
@@ -125,6 +126,8 @@ class RoundFacts:
     """The sealed Forfeit envelopes of the round."""
     disputes: list[dict[str, Any]] = field(factory=list)
     """The round's disputes (their views)."""
+    reruns: dict[str, dict[str, Any]] = field(factory=dict)
+    """Each MISMATCHed miner's rerun, by hotkey."""
 
     @property
     def assignment_due(self) -> bool:
@@ -168,6 +171,7 @@ def round_facts(conn: sqlite3.Connection, run_id: str, w: int) -> RoundFacts:
         ready={job.job_id: is_ready(conn, job, d) for job in audits if job.state == "queued"},
         forfeits=forfeit_envelopes(conn, run_id, w),
         disputes=round_disputes(conn, disputes_of_round(conn, run_id, w)),
+        reruns=reruns_of_round(conn, run_id, w),
     )
 
 
@@ -253,7 +257,8 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
     cannot be leased yet); each miner's ``selected`` and ``verdict`` (the ReplayVerdict
     envelope); and ``forfeits``, the sealed Forfeit envelopes. Disputes (spec 6.4):
     ``disputes`` are the round's dispute views (state, stage with level, interval, points and
-    deadline, the referee's case, the outcome, every Bisect in order).
+    deadline, the referee's case, the outcome, every Bisect in order), and each miner's
+    ``rerun`` ``{leaves_root, classification, epoch, rerun_round}`` once it reran (else null).
     """
     verdicts = {job.target: job.verdict_json() for job in facts.audits}
     chosen = set(facts.selected or ())
@@ -288,6 +293,7 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
                 "selected": hotkey in chosen,
                 **_posted(facts, hotkey),
                 "verdict": verdicts.get(hotkey),
+                "rerun": facts.reruns.get(hotkey),
                 "scores": _scores(facts.scores.get(hotkey, [])),
             }
             for hotkey, slot, status in facts.miners
