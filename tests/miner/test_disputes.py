@@ -19,11 +19,13 @@ import trio.testing
 
 from hypertrain.datasets.reader import Dataset
 from hypertrain.miner.artifacts import RoundDir
-from hypertrain.miner.config import MinerConfig
+from hypertrain.miner.config import MinerConfig, load_config
 from hypertrain.miner.disputes import DisputeRecord
+from hypertrain.miner.errors import ConfigError
 from hypertrain.miner.faults import NO_FAULTS, Faults
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.journal import Journal
+from hypertrain.miner.main import build_parser
 from hypertrain.miner.progress import Progress
 from hypertrain.miner.rerun import dispute_recompute
 from hypertrain.miner.round import DEFAULT_SETTINGS, RoundSettings
@@ -343,3 +345,19 @@ async def test_a_honeypot_never_disputes(
     assert summary.disputes == ()
     assert not fake.posts
     assert _phases(config, "dispute_settled") == []
+
+
+@pytest.mark.parametrize("key", ["fault", "glitch", "faults"])
+def test_the_fault_injection_is_reachable_from_neither_the_cli_nor_the_config(
+    key: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--config", "miner.toml", f"--{key}", "x"])
+    assert "unrecognized arguments" in capsys.readouterr().err
+    path = tmp_path / "miner.toml"
+    path.write_text(f'api = "http://127.0.0.1:1"\nkeyfile = "k"\nworkdir = "w"\n{key} = "x"\n')
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_config(path, environ={})
+    path.write_text('api = "http://127.0.0.1:1"\nkeyfile = "k"\nworkdir = "w"\n')
+    with pytest.raises(ConfigError, match="unknown miner setting"):
+        load_config(path, environ={f"HYPERTRAIN_MINER_{key.upper()}": "x"})
