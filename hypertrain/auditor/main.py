@@ -28,11 +28,13 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
+import attrs
 import httpx
 import trio
 
 from hypertrain.auditor.errors import AuditorFatal, Unreachable
 from hypertrain.auditor.session import Configure, Options, default_configure, run_auditor
+from hypertrain.auditor.worker import DEFAULT_WORKER_SETTINGS, WorkerSettings
 from hypertrain.cli.common import (
     EXIT_INVALID,
     EXIT_USAGE,
@@ -71,6 +73,16 @@ def _api_arg(value: str) -> str:
     return value.rstrip("/")
 
 
+def _seconds_arg(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not 0.1 <= seconds <= 3600:  # nan fails too
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds in [0.1, 3600]")
+    return seconds
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``hypertrain-auditor`` argument parser."""
     parser = OneLineParser(
@@ -82,6 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--keyfile", required=True, help="the auditor's seed file")
     parser.add_argument(
         "--data-dir", type=Path, default=None, help="dataset cache (default: user state dir)"
+    )
+    parser.add_argument(
+        "--poll-seconds",
+        type=_seconds_arg,
+        default=DEFAULT_WORKER_SETTINGS.poll_interval,
+        metavar="S",
+        help="wait between asking for work and between dispute checks (default"
+        f" {DEFAULT_WORKER_SETTINGS.poll_interval:g})",
     )
     parser.add_argument("--once", action="store_true", help="audit one job (or none) and exit")
     parser.add_argument("--json", action="store_true", help="one JSON line per job on stdout")
@@ -103,7 +123,10 @@ def read_token_file(path: str) -> str:
 
 
 async def _supervised(
-    options: Options, transport: httpx.AsyncBaseTransport | None, configure: Configure
+    options: Options,
+    transport: httpx.AsyncBaseTransport | None,
+    configure: Configure,
+    settings: WorkerSettings,
 ) -> int:
     status: list[int] = []
 
@@ -114,6 +137,7 @@ async def _supervised(
                 stop=supervisor.wait_shutdown_requested,
                 transport=transport,
                 configure=configure,
+                settings=settings,
             )
         )
 
@@ -159,8 +183,10 @@ def main(
         once=args.once,
         json_lines=args.json,
     )
+    poll = args.poll_seconds
+    settings = attrs.evolve(DEFAULT_WORKER_SETTINGS, poll_interval=poll, dispute_poll_interval=poll)
     try:
-        return trio.run(_supervised, options, transport, configure)
+        return trio.run(_supervised, options, transport, configure, settings)
     except BaseException as e:  # the process boundary: one line, classified
         return _classify(e)
 

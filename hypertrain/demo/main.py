@@ -2,7 +2,8 @@
 
 ::
 
-    hypertrain-daemon --demo [--rounds N] [--miners M] [--nodes K] [--port P] [--keep DIR]
+    hypertrain-daemon --demo [--rounds N] [--miners M] [--nodes K] [--auditors A]
+                             [--honeypot MODE]... [--dispute] [--port P] [--keep DIR]
 
 What it does, in order (every wait bounded; the files are described in
 :mod:`hypertrain.demo.workspace`):
@@ -25,6 +26,15 @@ What it does, in order (every wait bounded; the files are described in
    held-out loss or scoring changes (:mod:`hypertrain.demo.table`), then a summary. The demo
    ends once ``N`` rounds were merged and evaluated and every scoring step of their deltas
    settled (by agreement, a third copy or the fallback).
+
+With ``--dispute`` (the dispute drill) one more miner, ``drill-0``, on probation, trains one op
+wrong on purpose at the last inner step of every round (``HYPERTRAIN_TEST_MINER_FAULT``, see
+:mod:`hypertrain.miner.faults`) and stands by it; at least two auditors run (a referee is never
+the disputed auditor). Its audit says MISMATCH, its rerun reproduces its commitment (CONTEST),
+it contests, both sides bisect down to that op and the other auditor referees; after the
+rounds the demo waits (:data:`DISPUTE_SECONDS`) until every dispute of the drill miner is
+resolved and prints one line per dispute. The drill's fault verdicts do not count as honest
+miners flagged; the demo is ok only if the drill lost every dispute at exactly its op.
 
 Exit status: 0 when ``N`` rounds were applied and the held-out loss of the last merged theta is
 below that of theta(0); 1 otherwise, with the reason (and the tail of the failing child's log);
@@ -50,7 +60,15 @@ from hypertrain.beacon.chain import ChainInfo
 from hypertrain.cli.common import EXIT_USAGE, OneLineParser, positive_int_arg
 from hypertrain.datasets.pin import pin_async
 from hypertrain.demo.children import Child, ChildFailed, Children, open_children
-from hypertrain.demo.table import HEADER, AuditTotals, RoundRow, Table, summary_lines, verdict
+from hypertrain.demo.table import (
+    HEADER,
+    AuditTotals,
+    DrillResult,
+    RoundRow,
+    Table,
+    summary_lines,
+    verdict,
+)
 from hypertrain.demo.workspace import (
     MinerHome,
     Workspace,
@@ -58,9 +76,11 @@ from hypertrain.demo.workspace import (
     create_workspace,
     demo_manifest,
 )
+from hypertrain.miner.faults import TEST_FAULT_ENV
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.protocol.envelope import NEVER, seal
 from hypertrain.protocol.hashes import honeypot_commit
+from hypertrain.protocol.manifest import RunManifest
 from hypertrain.scoring.registry import DELTA_LOSS
 
 __all__ = ["DemoFailed", "DemoOptions", "build_parser", "main", "run_demo"]
@@ -87,9 +107,17 @@ round's other steps: six of them with the defaults, ~21 s of CPU. Three minutes 
 an eighth of a core; a minute was too short on a 2-core machine under load (two of eight steps
 went to the fallback), and a longer window costs nothing when the nodes are quick: a step
 settles as soon as both copies agree."""
+NO_NODES_WAIT_MS: Final = 1_000
+"""The scoring window without nodes (``--nodes 0``): nobody will score, the fallback does."""
 SCORING_SECONDS: Final = (COMPUTE_WAIT_MS + DELTA_LOSS.kill_after_ms) / 1000
 """Bound, after the last merge, for the last round's scoring steps to settle: the scoring
 window, then the fallback's own worker (killed after ``kill_after_ms``)."""
+DISPUTE_SECONDS: Final = 240.0
+"""Bound, after the rounds, for the drill miner's disputes to be resolved (three levels of
+bisection, each a poll of both parties, then the referee's replay)."""
+DRILL_NAME: Final = "drill-0"
+AUDITOR_POLL_SECONDS: Final = 1.0
+"""The demo's auditors ask for work and look at their disputes every second."""
 MAX_NODES: Final = 16
 POLL_SECONDS: Final = 0.5
 STOP_GRACE: Final = 10.0
@@ -112,6 +140,8 @@ class DemoOptions:
     auditors: int = 1
     honeypots: tuple[str, ...] = ("fabricate",)
     """One operator-run miner per entry, in that honeypot mode (``--honeypot``)."""
+    dispute: bool = False
+    """The dispute drill (``--dispute``, module doc)."""
 
 
 def _port(value: str) -> int:
@@ -158,6 +188,12 @@ def build_parser() -> argparse.ArgumentParser:
         " repeatable; default: one fabricate",
     )
     parser.add_argument(
+        "--dispute",
+        action="store_true",
+        help="the dispute drill: add a miner that trains one op wrong on purpose and contests"
+        " its audit; the dispute is bisected to that op and refereed (two auditors at least)",
+    )
+    parser.add_argument(
         "--port", type=_port, default=0, metavar="P", help="daemon port (default: any free one)"
     )
     parser.add_argument(
@@ -188,10 +224,18 @@ class _Admin:
         return r.json()
 
 
-async def _start_daemon(children: Children, ws: Workspace, port: int) -> tuple[Child, str]:
+def compute_wait_ms(nodes: int) -> int:
+    """The scoring window: :data:`COMPUTE_WAIT_MS` for volunteers; without any (``--nodes 0``)
+    :data:`NO_NODES_WAIT_MS`, since no copy will come and the daemon's fallback scores."""
+    return COMPUTE_WAIT_MS if nodes else NO_NODES_WAIT_MS
+
+
+async def _start_daemon(
+    children: Children, ws: Workspace, port: int, nodes: int
+) -> tuple[Child, str]:
     argv = [sys.executable, "-m", "hypertrain.daemon", "--host", "127.0.0.1", "--port", str(port)]
     argv += ["--beacon", "local", "--local-period", "1"]
-    env = ws.daemon_env() | {"HYPERTRAIN_COMPUTE_WAIT_MS": str(COMPUTE_WAIT_MS)}
+    env = ws.daemon_env() | {"HYPERTRAIN_COMPUTE_WAIT_MS": str(compute_wait_ms(nodes))}
     daemon = await children.start(
         "hypertrain-daemon", argv, env=env, stdout=ws.daemon_out, stderr=ws.daemon_log
     )
@@ -208,12 +252,21 @@ class _Network:
     miners: list[Child]
     honeypots: list[Child]
     reveal: dict[str, Any]
+    drill: tuple[str, str] | None = None
+    """The drill miner's hotkey and the op spec it trains wrong (``--dispute``)."""
 
 
 def _auditor_argv(url: str, run_id: str, ws: Workspace, home: MinerHome) -> list[str]:
     argv = [sys.executable, "-m", "hypertrain.auditor", "--api", url, "--run-id", run_id]
     argv += ["--token-file", str(ws.worker_token_file), "--keyfile", str(home.home / "auditor.key")]
+    argv += ["--poll-seconds", str(AUDITOR_POLL_SECONDS)]
     return [*argv, "--data-dir", str(home.home / "data")]
+
+
+def drill_spec(manifest: RunManifest) -> str:
+    """The drill miner's fault: the ``mlp`` output of the last layer at the last inner step
+    (inside the final window, which every segment audit replays)."""
+    return f"step={manifest.inner.H};layer={manifest.model.n_layers - 1};op=mlp"
 
 
 async def _launch(
@@ -227,7 +280,8 @@ async def _launch(
         f"({dataset.holdout.n_samples} held out), pinned as {pinned.manifest_sha256[:16]}"
     )
     chain = ChainInfo.from_json(await api.call("GET", "/v1/beacon/info"))
-    auditors = [ws.add_auditor(i) for i in range(options.auditors)]
+    n_auditors = max(options.auditors, 2) if options.dispute else options.auditors
+    auditors = [ws.add_auditor(i) for i in range(n_auditors)]
     manifest = demo_manifest(ws, chain, dataset, [a.key.ss58 for a in auditors])
     if manifest.model.seq_len != dataset.seq_len:
         raise DemoFailed(f"the model needs seq_len {manifest.model.seq_len}")
@@ -250,6 +304,10 @@ async def _launch(
         await api.call("PUT", f"{base}/roster/{home.key.ss58}", {})
     for home, _ in pots:  # honeypots are on probation: audited every round
         await api.call("PUT", f"{base}/roster/{home.key.ss58}", {"probation": True})
+    drill_home = None
+    if options.dispute:
+        drill_home = ws.add_miner(options.miners + len(pots), url, run_id, name=DRILL_NAME)
+        await api.call("PUT", f"{base}/roster/{drill_home.key.ss58}", {"probation": True})
     members = sorted((home.key.ss58, mode) for home, mode in pots)
     salt = secrets.token_bytes(32)
     commitment = honeypot_commit(members, salt)
@@ -263,7 +321,7 @@ async def _launch(
         f"demo: run {run_id[:16]} ({manifest.model.param_count:,} parameters,"
         f" H={manifest.inner.H} inner steps a round), {options.miners} miners,"
         f" {len(pots)} honeypots ({', '.join(options.honeypots) or 'none'}),"
-        f" {options.auditors} auditors, {options.nodes} compute nodes, {options.rounds} rounds"
+        f" {n_auditors} auditors, {options.nodes} compute nodes, {options.rounds} rounds"
     )
     miners: list[Child] = []
     honeypots: list[Child] = []
@@ -276,6 +334,22 @@ async def _launch(
             home.name, argv, env={}, stdout=home.stdout, stderr=home.stderr, cwd=home.home
         )
         (miners if mode is None else honeypots).append(child)
+    drill = None
+    if drill_home is not None:
+        spec = drill_spec(manifest)
+        drill = (drill_home.key.ss58, spec)
+        say(f"demo: {DRILL_NAME} trains {spec} wrong on purpose and will contest its audits")
+        argv = [sys.executable, "-m", "hypertrain.miner", "run", "--config", str(drill_home.config)]
+        argv += ["--rounds", str(options.rounds), "--start", "0"]
+        child = await children.start(
+            drill_home.name,
+            argv,
+            env={TEST_FAULT_ENV: spec},
+            stdout=drill_home.stdout,
+            stderr=drill_home.stderr,
+            cwd=drill_home.home,
+        )
+        honeypots.append(child)  # not honest: it neither counts for the rounds nor the loss
     for home in auditors:
         await children.start(
             home.name,
@@ -303,7 +377,7 @@ async def _launch(
             lambda s: s.endswith("round 0: waiting"), STARTUP_SECONDS, stream="stderr"
         )
     await api.call("PUT", f"{base}/paused", {"paused": False})
-    return _Network(run_id, miners, honeypots, reveal)
+    return _Network(run_id, miners, honeypots, reveal, drill)
 
 
 def _check_children(daemon: Child, miners: Sequence[Child]) -> None:
@@ -323,7 +397,7 @@ async def _watch(
 ) -> tuple[list[RoundRow], float | None]:
     """Print the table until ``N`` rounds are merged and evaluated (or the time is up)."""
     table = Table()
-    expect_audits = options.auditors > 0
+    expect_audits = options.auditors > 0 or options.dispute
     initial: float | None = None
     say(HEADER)
     with trio.move_on_after(ROUND_SECONDS * options.rounds + SCORING_SECONDS):
@@ -350,6 +424,42 @@ async def _watch(
     return table.latest(), initial
 
 
+async def _drill_outcome(
+    client: httpx.AsyncClient, run_id: str, drill: tuple[str, str], say: Say
+) -> DrillResult:
+    """Wait until the drill miner has a dispute and every one is resolved (the caller bounds
+    it); say each outcome once."""
+    hotkey, spec = drill
+    said: set[str] = set()
+    while True:
+        r = await client.get(f"/v1/runs/{run_id}/disputes", params={"party": hotkey})
+        disputes = r.json().get("disputes", []) if r.status_code == 200 else []
+        for d in disputes:
+            outcome = d.get("outcome") or {}
+            if d.get("state") != "resolved" or d["dispute_id"] in said:
+                continue
+            said.add(d["dispute_id"])
+            how = (
+                f"refereed by {str(outcome.get('referee'))[:8]}"
+                if outcome.get("cause") == "referee"
+                else "silent past its deadline"
+            )
+            say(
+                f"demo: dispute {d['dispute_id'][:16]} of {DRILL_NAME} (round {d['w']}):"
+                f" the {outcome.get('loser_role')} lost at {outcome.get('op_spec')},"
+                f" {how}, after {len(d['bisects'])} bisects"
+            )
+        if disputes and all(d.get("state") == "resolved" for d in disputes):
+            return DrillResult(
+                spec,
+                tuple(
+                    (str(d["outcome"]["loser_role"]), str(d["outcome"]["op_spec"]))
+                    for d in disputes
+                ),
+            )
+        await trio.sleep(POLL_SECONDS)
+
+
 async def run_demo(options: DemoOptions, say: Say = _say) -> int:
     """The demo (module doc); returns the exit status."""
     started = trio.current_time()
@@ -358,7 +468,7 @@ async def run_demo(options: DemoOptions, say: Say = _say) -> int:
         ws = create_workspace(root)
         async with open_children(STOP_GRACE) as children:
             with trio.fail_after(STARTUP_SECONDS):
-                daemon, url = await _start_daemon(children, ws, options.port)
+                daemon, url = await _start_daemon(children, ws, options.port, options.nodes)
             say(f"daemon: {url}")
             kept = "kept" if options.keep else "removed at the end; --keep DIR keeps them"
             say(f"demo: files in {root} ({kept}); daemon log {ws.daemon_log}")
@@ -367,8 +477,14 @@ async def run_demo(options: DemoOptions, say: Say = _say) -> int:
                 with trio.fail_after(SETUP_SECONDS):
                     net = await _launch(children, ws, api, url, options, say)
                 rows, initial = await _watch(client, net.run_id, options, daemon, net.miners, say)
+                drill = None
+                if net.drill is not None:
+                    with trio.move_on_after(DISPUTE_SECONDS):
+                        drill = await _drill_outcome(client, net.run_id, net.drill, say)
+                    if drill is None:
+                        drill = DrillResult(net.drill[1], ())
                 audits = None
-                if options.auditors:
+                if options.auditors or options.dispute:
                     await api.call(
                         "POST", f"/v1/admin/runs/{net.run_id}/honeypot/reveal", net.reveal
                     )
@@ -377,7 +493,7 @@ async def run_demo(options: DemoOptions, say: Say = _say) -> int:
             for miner in net.miners + net.honeypots:
                 await miner.wait(STOP_GRACE)
             await daemon.stop(STOP_GRACE)
-        result = verdict(rows, options.rounds, initial, audits)
+        result = verdict(rows, options.rounds, initial, audits, drill)
         for line in summary_lines(rows, options.rounds, initial, trio.current_time() - started):
             say(line)
         if audits is not None:
@@ -407,6 +523,7 @@ def main(argv: Sequence[str]) -> int:
         keep=args.keep,
         auditors=args.auditors,
         honeypots=tuple(args.honeypot) if args.honeypot else ("fabricate",),
+        dispute=args.dispute,
     )
     try:
         return trio.run(run_demo, options)

@@ -20,7 +20,16 @@ from typing import Any, Final
 
 import attrs
 
-__all__ = ["HEADER", "AuditTotals", "RoundRow", "Table", "Verdict", "summary_lines", "verdict"]
+__all__ = [
+    "HEADER",
+    "AuditTotals",
+    "DrillResult",
+    "RoundRow",
+    "Table",
+    "Verdict",
+    "summary_lines",
+    "verdict",
+]
 
 HEADER: Final = (
     "round  state          uploaded  update norm  clipped  held-out loss  scored agree/3rd/fb"
@@ -190,6 +199,26 @@ class AuditTotals:
 
 
 @attrs.frozen
+class DrillResult:
+    """The dispute drill (``--dispute``): the op spec the drill miner trains wrong, and each of
+    its resolved disputes as ``(loser_role, op_spec)``."""
+
+    spec: str
+    outcomes: tuple[tuple[str, str], ...]
+
+    def failure(self) -> str | None:
+        """Why the drill did not go as it must (None: every dispute lost at the drill's op)."""
+        if not self.outcomes:
+            return "the drill miner's dispute was not resolved"
+        for loser, op_spec in self.outcomes:
+            if (loser, op_spec) != ("miner", self.spec):
+                return (
+                    f"a drill dispute: the {loser} lost at {op_spec}, not the miner at {self.spec}"
+                )
+        return None
+
+
+@attrs.frozen
 class Verdict:
     """Whether the demo did what it promises (exit 0), and why not."""
 
@@ -202,10 +231,13 @@ def verdict(
     rounds: int,
     initial_loss: float | None,
     audits: AuditTotals | None = None,
+    drill: DrillResult | None = None,
 ) -> Verdict:
     """OK when ``rounds`` rounds were merged, the held-out loss of the last merge's weights is
-    below the loss of theta(0) and (with ``audits``) every audited bad honeypot was caught and
-    no honest miner or honeypot was flagged; otherwise the first reason it is not."""
+    below the loss of theta(0), (with ``audits``) every audited bad honeypot was caught and no
+    honest miner or honeypot was flagged (the drill miner's fault verdicts, one per dispute,
+    are not honest miners flagged), and (with ``drill``) the drill miner lost every dispute
+    at its op; otherwise the first reason it is not."""
     merged = [row for row in rows if row.merged]
     if len(merged) < rounds:
         return Verdict(False, f"only {len(merged)} of {rounds} rounds were applied")
@@ -219,9 +251,20 @@ def verdict(
     if audits.hp_bad_caught < audits.hp_bad:
         missed = audits.hp_bad - audits.hp_bad_caught
         return Verdict(False, f"{missed} audit(s) of a bad honeypot passed")
-    if audits.hp_honest_flagged or audits.miners_caught:
-        flagged = audits.hp_honest_flagged + audits.miners_caught
+    drilled = 0 if drill is None else len(drill.outcomes)
+    if audits.hp_honest_flagged or audits.miners_caught > drilled:
+        flagged = audits.hp_honest_flagged + audits.miners_caught - drilled
         return Verdict(False, f"{flagged} honest miner(s) flagged by an audit")
+    if drill is not None:
+        failure = drill.failure()
+        if failure is not None:
+            return Verdict(False, failure)
+        return Verdict(
+            True,
+            f"{rounds} rounds applied, the held-out loss fell, every bad honeypot audited was"
+            f" caught, no honest miner was flagged and the drill miner lost its {drilled}"
+            f" dispute(s) at {drill.spec}",
+        )
     return Verdict(
         True,
         f"{rounds} rounds applied, the held-out loss fell, every bad honeypot audited was caught"

@@ -22,7 +22,9 @@ Test only: with ``HYPERTRAIN_TEST_MINER_PAUSE_AT=POINT`` in the environment, ``r
 ``POINT`` (a journal phase such as ``accepted`` or ``committed``, ``commit_posted``,
 ``put_done``, ``serve_posted`` after a StateServe was stored, or ``step`` after an inner
 step) and then blocks there for :data:`TEST_PAUSE_SECONDS`, so a test can ``kill -9`` it at
-exactly that point (tests/e2e).
+exactly that point (tests/e2e). With ``HYPERTRAIN_TEST_MINER_FAULT=step=T;layer=L;op=NAME``
+the miner trains that op wrong on purpose and stands by it (:mod:`hypertrain.miner.faults`):
+the demo's dispute drill (``--dispute``); a malformed value is a usage error.
 (Not ``HYPERTRAIN_MINER_*``: that prefix is the miner.toml overrides'.)
 """
 
@@ -49,6 +51,7 @@ from hypertrain.cli.common import (
 )
 from hypertrain.miner.config import load_config
 from hypertrain.miner.errors import ApiError, ConfigError, MinerFatal
+from hypertrain.miner.faults import TEST_FAULT_ENV, faults_from_env
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.round import Hook
 from hypertrain.miner.session import Summary, run_miner
@@ -157,6 +160,10 @@ def _run(args: argparse.Namespace) -> int:
         return _fail(str(e), EXIT_USAGE)
     except KeyfileError as e:
         return _fail(e.detail, EXIT_USAGE)
+    try:
+        faults = faults_from_env(os.environ)
+    except ValueError as e:
+        return _fail(f"{TEST_FAULT_ENV}: {e}", EXIT_USAGE)
     kwargs = {
         "config": config,
         "keypair": keypair,
@@ -164,6 +171,7 @@ def _run(args: argparse.Namespace) -> int:
         "start": args.start,
         "mode": HoneypotMode(args.honeypot),
         "hook": pause_hook_from_env(os.environ),
+        "faults": faults,
     }
     try:
         summary = trio.run(_run_supervised, kwargs)

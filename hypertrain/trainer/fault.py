@@ -13,18 +13,23 @@ later rounding cannot swallow it: a one-ulp change often vanishes in the next ad
   optimizer step (:func:`nudge_in_place`).
 
 Nothing else changes, bit for bit. It is how the dispute tests make one party wrong at a known
-op; no CLI or config file reaches it.
+op; no CLI or config file reaches it. :class:`Fault` and :func:`check_fault` import no torch
+(a miner reads a test fault from its environment before ``configure``); the nudges import it
+when first called.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
-import torch
 
 from hypertrain.rounds.bisection import layer_ops
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["UPDATE_OP", "Fault", "check_fault", "nudge_in_place", "nudged"]
 
@@ -63,6 +68,8 @@ def check_fault(fault: Fault, n_layers: int, H: int) -> None:  # noqa: N803
 def _up(value: torch.Tensor, ulps: int = 1) -> torch.Tensor:
     """``nextafter(value, +inf)`` of a float32 element (``ulps > 1``: ``value + ulps *
     spacing(value)`` rounded to float32), as a tensor like ``value``."""
+    import torch
+
     x = np.float32(value.item())
     if ulps == 1:
         return torch.tensor(np.nextafter(x, np.float32(np.inf)), dtype=torch.float32)
@@ -71,6 +78,8 @@ def _up(value: torch.Tensor, ulps: int = 1) -> torch.Tensor:
 
 
 def _checked_index(x: torch.Tensor, index: int) -> int:
+    import torch
+
     if x.dtype != torch.float32:
         raise ValueError(f"a fault perturbs float32 outputs, not {x.dtype}")
     if not 0 <= index < x.numel():
@@ -78,32 +87,41 @@ def _checked_index(x: torch.Tensor, index: int) -> int:
     return index
 
 
-class _Nudge(torch.autograd.Function):
-    """Forward: a copy with one element one ulp up; backward: the gradient unchanged."""
+@functools.cache
+def _nudge_fn() -> Any:
+    """The autograd op of :func:`nudged`, built on first use (torch is imported then)."""
+    import torch
 
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, index: int, ulps: int) -> torch.Tensor:
-        out = x.clone()
-        flat = out.view(-1)
-        flat[index] = _up(flat[index], ulps)
-        return out
+    class Nudge(torch.autograd.Function):
+        """Forward: a copy with one element moved up; backward: the gradient unchanged."""
 
-    @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        (grad,) = grads
-        return grad, None, None
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor, index: int, ulps: int) -> torch.Tensor:
+            out = x.clone()
+            flat = out.view(-1)
+            flat[index] = _up(flat[index], ulps)
+            return out
+
+        @staticmethod
+        def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+            (grad,) = grads
+            return grad, None, None
+
+    return Nudge
 
 
 def nudged(x: torch.Tensor, index: int, ulps: int = 1) -> torch.Tensor:
     """``x`` with flat element ``index`` moved ``ulps`` ulps up (module docstring); the
     gradient flows to ``x`` unchanged."""
     at = _checked_index(x, index)
-    out: torch.Tensor = _Nudge.apply(x.contiguous(), at, ulps)  # type: ignore[no-untyped-call]
+    out: torch.Tensor = _nudge_fn().apply(x.contiguous(), at, ulps)
     return out
 
 
 def nudge_in_place(x: torch.Tensor, index: int, ulps: int = 1) -> None:
     """Flat element ``index`` of the leaf tensor ``x`` ``ulps`` ulps up, outside autograd."""
+    import torch
+
     _checked_index(x, index)
     with torch.no_grad():
         flat = x.view(-1)

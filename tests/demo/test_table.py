@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypertrain.demo.table import HEADER, AuditTotals, RoundRow, Table, summary_lines, verdict
+from hypertrain.demo.table import (
+    HEADER,
+    AuditTotals,
+    DrillResult,
+    RoundRow,
+    Table,
+    summary_lines,
+    verdict,
+)
 
 
 def _view(w: int, state: str, statuses: list[str], **merged: Any) -> dict[str, Any]:
@@ -167,3 +175,26 @@ def test_the_verdict_with_audits_needs_every_bad_honeypot_caught_and_no_honest_f
         ]
     }
     assert AuditTotals.from_stats(stats) == AuditTotals(5, 1, 1, 1, 2, 0)
+
+
+def test_the_dispute_drill_is_ok_only_when_the_drill_miner_lost_every_dispute_at_its_op() -> None:
+    rows = [_merged(0, 1.0, 0, 5.5, 5.0)]
+    spec = "step=6;layer=1;op=mlp"
+    audits = AuditTotals(replayed=3, caught=2, hp_bad=1, hp_bad_caught=1)  # honeypot + drill
+    won = DrillResult(spec, (("miner", spec),))
+    ok = verdict(rows, 1, 5.5, audits, won)
+    assert ok.ok
+    assert ok.reason.endswith(f"the drill miner lost its 1 dispute(s) at {spec}")
+    assert not verdict(rows, 1, 5.5, audits).ok  # without the drill it is an honest miner
+    other_op = DrillResult(spec, (("miner", "step=6;layer=1;op=attn"),))
+    assert verdict(rows, 1, 5.5, audits, other_op).reason.startswith("a drill dispute: the miner")
+    auditor_lost = DrillResult(spec, (("auditor", spec),))
+    assert not verdict(rows, 1, 5.5, audits, auditor_lost).ok
+    unresolved = DrillResult(spec, ())
+    got = verdict(rows, 1, 5.5, audits, unresolved).reason
+    assert got in (
+        "1 honest miner(s) flagged by an audit",
+        "the drill miner's dispute was not resolved",
+    )
+    extra = AuditTotals(replayed=3, caught=3, hp_bad=1, hp_bad_caught=1)
+    assert verdict(rows, 1, 5.5, extra, won).reason == "1 honest miner(s) flagged by an audit"
