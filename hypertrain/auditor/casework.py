@@ -221,7 +221,10 @@ class DisputeWorker:
         except (Unreachable, AuditorFatal):
             raise
         except (BadJob, DisputeError) as e:
-            return self._report(view, role, "failed", began, retry=False, reason=str(e))
+            # a party's stage cannot come right by itself; a referee's case must be ruled in
+            # the end (nobody else may be there to rule it): the next poll tries again
+            retry = role == "referee"
+            return self._report(view, role, "failed", began, retry=retry, reason=str(e))
         except JobFailed as e:  # FetchFailed, NotReady: the next poll tries again
             return self._report(view, role, "failed", began, retry=True, reason=str(e))
         except ApiError as e:

@@ -232,8 +232,8 @@ def owed_stage(view: DisputeView, me: str, n_layers: int) -> Stage | None:
 
 def owed_ruling(view: DisputeView, me: str) -> RefereeCase | None:
     """The case this auditor (``me``) may rule on, or None: the dispute is not waiting for
-    its referee, or ``me`` is its disputed auditor (module docstring)."""
-    if view.state != "open" or view.referee is None or view.auditor == me:
+    its referee, or ``me`` is one of its parties (module docstring)."""
+    if view.state != "open" or view.referee is None or me in (view.auditor, view.miner):
         return None
     return view.referee.case()
 

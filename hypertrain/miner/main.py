@@ -164,6 +164,11 @@ def _run(args: argparse.Namespace) -> int:
         faults = faults_from_env(os.environ)
     except ValueError as e:
         return _fail(f"{TEST_FAULT_ENV}: {e}", EXIT_USAGE)
+    if faults.fault is not None:  # never silent: this miner will be caught, on purpose
+        sys.stderr.write(
+            f"{_PROG}: {TEST_FAULT_ENV} is set: this miner trains {os.environ[TEST_FAULT_ENV]}"
+            " wrong on purpose and will lose its disputes\n"
+        )
     kwargs = {
         "config": config,
         "keypair": keypair,

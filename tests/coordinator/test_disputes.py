@@ -12,8 +12,10 @@ from typing import Any
 
 import attrs
 import httpx
+import pytest
 import trio.testing
 
+from hypertrain.coordinator.flows import disputes as disputes_flow
 from hypertrain.protocol.envelope import seal
 from hypertrain.protocol.hashes import rerun_claim_bytes
 from hypertrain.protocol.jcs import body_digest
@@ -243,7 +245,8 @@ async def test_bisects_are_refused_from_strangers_for_other_stages_and_when_they
         assert r.status_code == 403  # an auditor of the run, but not the disputed one
         other = {**stage, "interval": [0, 1], "N": 2}
         r = await a.flow.post("bisect", _bisect(a, MINER, did, other, three))
-        assert r.status_code in (400, 409)
+        assert r.status_code == 409  # not the dispute's current stage
+        assert "is at step [0, 2] N=2" in r.json()["detail"]
         r = await a.flow.post("bisect", _bisect(a, MINER, did, stage, three))
         assert r.status_code == 200, r.text
         r = await a.flow.post("bisect", _bisect(a, MINER, did, stage, [h("s0"), h("x"), h("m2")]))
@@ -374,3 +377,70 @@ async def test_a_single_auditor_run_cannot_referee_so_a_contest_is_refused(
         assert "single auditor" in r.json()["detail"]
         r = await a.flow.post("dispute", _dispute(a, verdict, "accept"))
         assert r.status_code == 200, r.text
+
+
+async def test_every_stage_gets_a_whole_deadline_even_inside_one_level(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With N = 2 the layer level of step 1 ([0, 3]) takes two rounds: a party publishing at
+    # the last round of the first must leave the other a whole window for the second.
+    monkeypatch.setattr(disputes_flow, "ARITY", 2)
+    async with open_runs(tmp_path) as hs:
+        a = await uploaded_round(hs, body=TWO_AUDITORS)
+        did = await _contested(a)
+        view = await _both(a, did, [h("s0"), h("m1"), h("m2")], [h("s0"), h("a1"), h("a2")])
+        layer = view["stage"]
+        assert (layer["level"], layer["interval"], layer["N"]) == ("layer", [0, 3], 2)
+        await a.flow.to(layer["deadline_round"])  # both publish at the very last round
+        view = await _both(a, did, [h("t"), h("mL"), h("m1")], [h("t"), h("aL"), h("a1")])
+        second = view["stage"]
+        assert (second["level"], second["interval"]) == ("layer", [0, 2])
+        assert second["deadline_round"] == layer["deadline_round"] + BODY.verify.T.dispute_per_level
+        await a.flow.to(layer["deadline_round"] + 1)
+        assert (await _view(a, did))["state"] == "open"
+
+
+async def test_a_resolution_must_carry_the_miners_value_to_vindicate_it_and_no_party_rules(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    three = attrs.evolve(BODY, auditors=(AUDITOR.ss58, REFEREE.ss58, MINER.ss58))
+    async with open_runs(tmp_path) as hs:
+        a = await uploaded_round(hs, body=three)
+        did = await _contested(a)
+        case = (await _to_referee(a, did))["referee"]
+        body = {
+            "dispute_id": did,
+            "op_spec": case["op_spec"],
+            "inputs_hash": case["inputs_hash"],
+            "output_hash": h("something else"),
+            "loser": AUDITOR.ss58,
+        }
+        url = f"/v1/runs/{a.run_id}/resolution"
+
+        async def post(key: Keypair, **over: str) -> httpx.Response:
+            env = seal(key, "Resolution", a.run_id, {**body, **over}, EXP).to_json()
+            return await a.h.client.post(url, json=env, headers=WORKER)
+
+        r = await post(MINER, output_hash=h("mo3"))  # an auditor of the run, and the miner
+        assert r.status_code == 403
+        assert "disputing miner" in r.json()["detail"]
+        r = await post(REFEREE)
+        assert r.status_code == 422  # the auditor loses only to the miner's value
+        assert "only to the miner's value" in r.json()["detail"]
+        assert (await post(REFEREE, output_hash=h("mo3"))).status_code == 200
+
+
+async def test_a_verdict_naming_a_leaf_past_the_last_is_refused(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_runs(tmp_path) as hs:
+        a = await uploaded_round(hs, body=TWO_AUDITORS)
+        await a.serve_all(MINER)
+        job = (await lease(a)).json()
+        verdict = a.verdict(job, "MISMATCH")
+        body = {**verdict["body"], "first_bad_leaf": BODY.inner.H // BODY.inner.J + 1}
+        exp = job["challenge"]["serve_deadline"] + 1200
+        bad = seal(AUDITOR, "ReplayVerdict", a.run_id, body, exp).to_json()
+        r = await worker(a, job["id"], "complete", {"lease": job["lease"], "verdict": bad})
+        assert r.status_code == 422
+        assert "past the round's last leaf" in r.json()["detail"]

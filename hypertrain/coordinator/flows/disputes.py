@@ -17,10 +17,14 @@ coordinator's bookkeeping around it, one write transaction per function:
   otherwise, after its deadline, or a second Bisect of the party for it), consistent with the
   party's earlier claims (422, :func:`~hypertrain.rounds.bisection.contradiction`). Once both
   parties published the stage, :func:`~hypertrain.rounds.bisection.advance` gives the next
-  stage (a new level gets a fresh deadline) or the referee's case.
-- :func:`post_resolution`: a Resolution envelope signed by an auditor of the run who is not the
-  disputed one (403), for a dispute waiting for its referee (409), with the case's ``op_spec``
-  and ``inputs_hash`` and a loser that is a party (422).
+  stage, with a fresh deadline of ``dispute_per_level`` drand rounds (a deadline shared by the
+  rounds of one level would let the party that publishes last leave the other no time), or
+  the referee's case.
+- :func:`post_resolution`: a Resolution envelope signed by an auditor of the run who is neither
+  the disputed one nor the disputing miner (403), for a dispute waiting for its referee (409),
+  with the case's ``op_spec`` and ``inputs_hash`` and a loser that is a party (422); the auditor
+  loses only to an ``output_hash`` that is the miner's value at the point (its committed leaf
+  digest in a leaf case; 422).
 - :func:`expire_disputes`: a party that has not published the current stage when its deadline
   passed loses (both silent: the miner, whose claim the dispute is).
 
@@ -53,8 +57,10 @@ from hypertrain.coordinator.tables.disputes import (
     update_dispute,
 )
 from hypertrain.coordinator.tables.miners import (
+    get_leaves,
     get_miner,
     lift_blacklist_unless_faulted,
+    set_blacklisted,
     set_verdict_status,
 )
 from hypertrain.coordinator.tables.runs import get_run, record_seen
@@ -74,6 +80,7 @@ from hypertrain.protocol.messages import (
     Bisect,
     Dispute,
     Forfeit,
+    LeafPreimage,
     ReplayVerdict,
     Resolution,
 )
@@ -90,6 +97,7 @@ from hypertrain.rounds.bisection import (
     points,
 )
 from hypertrain.rounds.states import FAULT_STATUSES
+from hypertrain.trainer.leaves import preimage_digest
 
 __all__ = [
     "ARITY",
@@ -288,6 +296,8 @@ def post_dispute(conn: sqlite3.Connection, run_id: str, raw: object) -> tuple[Ev
         k = verdict.first_bad_leaf
         if k is None or k < 1:
             raise Conflict("the verdict names no leaf after the start to bisect from")
+        if k > manifest.inner.H // manifest.inner.J:
+            raise Conflict(f"the verdict's first_bad_leaf {k} is past the round's last leaf")
         challenge = structure(AuditChallenge, job.challenge_json()["body"])
         if challenge.mode == "segments" and not any(a < k <= b for a, b in challenge.segments):
             raise Conflict(f"leaf {k} was found by a check, not by a replayed window: no bisection")
@@ -435,9 +445,9 @@ def _advance(
         agreed_step=agreed_step,
     )
     if isinstance(nxt, Stage):
-        deadline = row.level_deadline
-        if nxt.level != stage.level:
-            deadline = d + manifest.verify.T.dispute_per_level
+        # every stage gets the whole window: a deadline inherited within a level would let a
+        # party that publishes at the last round leave the other none
+        deadline = d + manifest.verify.T.dispute_per_level
         update_dispute(
             conn, row.dispute_id, stage=nxt, level_deadline=deadline, agreed_step=agreed_step
         )
@@ -484,6 +494,7 @@ def _conclude(
         lift_blacklist_unless_faulted(conn, row.run_id, row.hotkey)
     else:
         set_verdict_status(conn, row.run_id, row.w, row.hotkey, "DISPUTE_LOST")
+        set_blacklisted(conn, row.run_id, row.hotkey)
         job = job_of_dispute(conn, row)
         forfeit = Forfeit(
             w=row.w,
@@ -509,6 +520,25 @@ def _conclude(
     )
 
 
+def _check_vindication(
+    conn: sqlite3.Connection, row: DisputeRow, case: RefereeCase, output_hash: str
+) -> None:
+    """An auditor loses only to a referee whose value is the miner's: the miner's hash at the
+    disputed point, or (a leaf case) the miner's committed leaf digest (422 otherwise)."""
+    if case.kind == "leaf":
+        stored = get_leaves(conn, row.run_id, row.w, row.hotkey)
+        assert stored is not None  # a leaf was compared, so the preimages are stored
+        assert case.leaf is not None
+        want = preimage_digest(structure(LeafPreimage, stored.preimages[case.leaf])).hex()
+    else:
+        want = case.miner_hash or ""
+    if output_hash != want:
+        raise ContractMismatch(
+            f"the auditor loses only to the miner's value at {case.op_spec} ({want}),"
+            f" the Resolution's output_hash is {output_hash}"
+        )
+
+
 def post_resolution(
     conn: sqlite3.Connection, run_id: str, raw: object, coord: Keypair
 ) -> tuple[Event, Event]:
@@ -527,6 +557,8 @@ def post_resolution(
     referee = verified.envelope.signer
     if referee == row.auditor:
         raise UnauthorizedSigner("the disputed auditor cannot referee its own dispute")
+    if referee == row.hotkey:
+        raise UnauthorizedSigner("the disputing miner cannot referee its own dispute")
     case = row.referee
     if case is None:
         raise Conflict(f"dispute {row.dispute_id} is still bisecting")
@@ -538,6 +570,8 @@ def post_resolution(
     loser = row.role_of(resolution.loser)
     if loser is None:
         raise ContractMismatch(f"loser {resolution.loser} is not a party to the dispute")
+    if loser == "auditor":
+        _check_vindication(conn, row, case, resolution.output_hash)
     record_seen(conn, verified.replay_key, d)
     outcome = {
         "cause": "referee",

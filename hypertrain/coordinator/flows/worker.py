@@ -13,12 +13,13 @@ Each function is one transaction of the DB runner; refusals raise a
 - :func:`job_serves`, :func:`heartbeat`, :func:`complete_job`, :func:`fail_job` need the job's
   current lease: another token, or one that expired (``lease_expires_round < D``), is 409.
 - :func:`complete_job`: the ReplayVerdict envelope must verify for the job's run at D, be signed
-  by a key in ``manifest.auditors`` (403), name the job's challenge (422) and not be a replay
-  (409). The job is ``done``; the verdict's result becomes the miner's status in round ``w``. A
-  fault (MISMATCH, WITHHELD, BAD_PROOF, ASSIGNMENT_VIOLATION) blacklists the hotkey (off the
-  next roster; its cluster goes to ``q = 1`` through the roster's faulted clusters) and seals a
-  provisional K_coord Forfeit ``{w, hotkey, cause (BAD_PROOF -> MISMATCH), evidence:
-  [challenge_hash, verdict body_digest], 0, 0, blacklist: true, 0}``.
+  by a key in ``manifest.auditors`` (403), name the job's challenge and no leaf past the
+  round's last (422) and not be a replay (409). The job is ``done``; the verdict's result
+  becomes the miner's status in round ``w``. A fault (MISMATCH, WITHHELD, BAD_PROOF,
+  ASSIGNMENT_VIOLATION) blacklists the hotkey (off the next roster; its cluster goes to
+  ``q = 1`` through the roster's faulted clusters) and seals a provisional K_coord Forfeit
+  ``{w, hotkey, cause (BAD_PROOF -> MISMATCH), evidence: [challenge_hash, verdict
+  body_digest], 0, 0, blacklist: true, 0}``.
 - :func:`fail_job`: ``retry`` requeues it (no lease), else it is ``failed`` with the reason.
 - :func:`expire_leases`: leased jobs whose lease expired are requeued (the lease reaper).
 """
@@ -362,6 +363,12 @@ def complete_job(
         )
     if verified.envelope.signer == job.target:
         raise UnauthorizedSigner("an auditor may not judge its own round")
+    inner = parse_manifest(get_run(conn, job.run_id).manifest_envelope).inner
+    if verdict.first_bad_leaf is not None and verdict.first_bad_leaf > inner.H // inner.J:
+        raise ContractMismatch(
+            f"first_bad_leaf {verdict.first_bad_leaf} is past the round's last leaf"
+            f" {inner.H // inner.J}"
+        )
     if verdict.result == "WITHHELD":
         _check_withheld(conn, job, d)
     record_seen(conn, verified.replay_key, d)
