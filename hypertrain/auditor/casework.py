@@ -70,11 +70,12 @@ from hypertrain.auditor.errors import (
 )
 from hypertrain.auditor.job import AuditJob, check_job, read_job
 from hypertrain.auditor.progress import DisputeReport, DisputeRole, DisputeState, Progress
-from hypertrain.auditor.verdict import Samples
+from hypertrain.auditor.verdict import Outcome, Samples
 from hypertrain.auditor.worker import DEFAULT_WORKER_SETTINGS, WorkerSettings
 from hypertrain.datasets.errors import DatasetError
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
+from hypertrain.rounds.bisection import Ruling
 from nurseries import RunSync, periodic, run_inline
 
 __all__ = ["DisputeWorker"]
@@ -109,6 +110,8 @@ class _Desk:
 
 
 Act = Callable[[DisputeView, float], Awaitable[DisputeReport | None]]
+Reaudit = Callable[[AuditJob], Awaitable[Outcome]]
+"""An honest audit of a stored job (:meth:`hypertrain.auditor.worker.AuditorWorker.reaudit`)."""
 
 
 class DisputeWorker:
@@ -124,13 +127,14 @@ class DisputeWorker:
         progress: Progress,
         party: Callable[[], Recomputer],
         referee: Callable[[], Recomputer],
+        reaudit: Reaudit | None = None,
         settings: WorkerSettings = DEFAULT_WORKER_SETTINGS,
         run_sync: RunSync = run_inline,
     ) -> None:
         self.client, self.keypair, self.manifest = client, keypair, manifest
         self.run_id = manifest.run_id()
         self.data, self.progress, self.settings = data, progress, settings
-        self._party, self._referee = party, referee
+        self._party, self._referee, self._reaudit = party, referee, reaudit
         self._run_sync = run_sync
         self._desks = {"auditor": _Desk(), "referee": _Desk()}
 
@@ -285,10 +289,13 @@ class DisputeWorker:
                 )
                 self._desks["referee"].done.add((view.dispute_id, view.referee))
             return None
-        inputs = await self._inputs("referee", view)
-        leaf = committed_leaf(view, inputs.job, case)
-        recomputation = await self._recomputation("referee", view, self._referee)
-        ruling, output_hash = await self._run_sync(recomputation.judge, case, leaf)
+        if case.kind == "verdict":
+            ruling, output_hash = await self._audit_again(view)
+        else:
+            inputs = await self._inputs("referee", view)
+            leaf = committed_leaf(view, inputs.job, case)
+            recomputation = await self._recomputation("referee", view, self._referee)
+            ruling, output_hash = await self._run_sync(recomputation.judge, case, leaf)
         envelope = seal_resolution(self.keypair, view, case, ruling, output_hash)
         logger.info(
             "dispute %s: %s: the %s loses: %s", view.dispute_id, case.op_spec, ruling.loser,
@@ -305,6 +312,30 @@ class DisputeWorker:
                 return self._report(view, "referee", "taken", began, **ruled, reason=reason)
             return self._report(view, "referee", "refused", began, **ruled, reason=str(e))
         return self._report(view, "referee", "ruled", began, **ruled, reason=ruling.reason)
+
+    async def _audit_again(self, view: DisputeView) -> tuple[Ruling, str]:
+        """A contest with nothing to bisect: audit the round again, honestly; a MATCH makes
+        the auditor the loser, anything else the miner (the new audit's root is the output)."""
+        if self._reaudit is None:
+            raise DisputeError(view.dispute_id, "this auditor cannot audit a round again")
+        job = await self._job(view)
+        outcome = await self._reaudit(job)
+        if outcome.result == "MATCH":
+            ruling = Ruling("auditor", "a new audit of the round is a MATCH")
+        else:
+            why = f"a new audit of the round is {outcome.result} too ({outcome.reason})"
+            ruling = Ruling("miner", why)
+        return ruling, outcome.recomputed_leaves_root
+
+    async def _job(self, view: DisputeView) -> AuditJob:
+        try:
+            data = await self.client.job(view.job_id)
+        except ApiError as e:
+            raise refusal(e, DisputeError(view.dispute_id, f"job {view.job_id}: {e}")) from e
+        job = read_job(data, leased=False)
+        check_job(job)
+        check_job_of(view, job)
+        return job
 
     # -- the inputs -------------------------------------------------------------------------
 
@@ -327,13 +358,7 @@ class DisputeWorker:
         found = desk.inputs.get(key)
         if found is not None:
             return found
-        try:
-            data = await self.client.job(view.job_id)
-        except ApiError as e:
-            raise refusal(e, DisputeError(view.dispute_id, f"job {view.job_id}: {e}")) from e
-        job = read_job(data, leased=False)
-        check_job(job)
-        check_job_of(view, job)
+        job = await self._job(view)
         blobs = {sha: await self._object(sha) for sha in start_blob_shas(view, job)}
         start = recompute_start(view, job, blobs)
         if job.dataset_sha256 is None:

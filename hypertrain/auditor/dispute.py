@@ -127,7 +127,7 @@ class RefereeView:
 
     kind: RefereeKind
     op_spec: str = field(validator=text(256))
-    point: PointView
+    point: PointView | None = None
     agreed: PointView | None = None
     agreed_hash: str | None = field(default=None, validator=optional(hex64))
     agreed_step: str | None = field(default=None, validator=optional(hex64))
@@ -138,7 +138,7 @@ class RefereeView:
     def case(self) -> RefereeCase:
         return RefereeCase(
             kind=self.kind,
-            point=self.point.point(),
+            point=None if self.point is None else self.point.point(),
             op_spec=self.op_spec,
             miner_hash=self.miner_hash,
             auditor_hash=self.auditor_hash,

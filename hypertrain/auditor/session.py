@@ -153,6 +153,16 @@ async def run_auditor(
             run_sync=run_sync,
             replayer=replayer,
         )
+        honest = AuditorWorker(  # the referee's: it re-audits with no fault, whatever `fault`
+            client=client,
+            keypair=options.keypair,
+            run_id=options.run_id,
+            data=data,
+            progress=progress,
+            settings=settings,
+            run_sync=run_sync,
+            replayer=_replayers(None),
+        )
         disputes = DisputeWorker(
             client=client,
             keypair=options.keypair,
@@ -161,6 +171,7 @@ async def run_auditor(
             progress=progress,
             party=replayer,
             referee=_replayers(None),
+            reaudit=honest.reaudit,
             settings=settings,
             run_sync=run_sync,
         )

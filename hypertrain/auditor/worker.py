@@ -269,7 +269,7 @@ class AuditorWorker:
             raise self._fatal_or(e, FetchFailed(f"object {sha256}: {e}")) from e
 
     async def _serves(
-        self, job: AuditJob, lease: str
+        self, job: AuditJob, lease: str | None
     ) -> tuple[list[dict[str, object]], int | None]:
         """The serve envelopes to check, and the beacon round when they were asked for."""
         serves = list(job.state_serves)
@@ -279,6 +279,8 @@ class AuditorWorker:
         have = {s.get("body", {}).get("t") for s in serves if isinstance(s.get("body"), dict)}
         if all(a * J in have for a, _ in job.challenge.segments):
             return serves, None
+        if lease is None:  # a stored job (a re-audit): its serves are all it will ever have
+            raise BadJob(f"job {job.id}: a challenged window's state was never served")
         try:
             answer = await self.client.serves(job.id, lease)
         except ApiError as e:
@@ -287,7 +289,12 @@ class AuditorWorker:
             raise
         return [item.serve for item in answer.serves], answer.now_round
 
-    async def _outcome(self, job: AuditJob, lease: str) -> Outcome:
+    async def reaudit(self, job: AuditJob) -> Outcome:
+        """The audit of a stored job (``GET /v1/worker/jobs/{id}``, no lease): what a referee
+        decides a contest with nothing to bisect by."""
+        return await self._outcome(job, None)
+
+    async def _outcome(self, job: AuditJob, lease: str | None) -> Outcome:
         blobs = {job.theta_start_sha256: await self._object(job.theta_start_sha256)}
         if job.ef_in_sha256 is not None:
             blobs[job.ef_in_sha256] = await self._object(job.ef_in_sha256)

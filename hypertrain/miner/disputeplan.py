@@ -15,8 +15,8 @@ in this order:
    g. otherwise wait for the verdict;
 
 2. rerun ``TRANSIENT``: settled. ``FAULT``: :class:`OpenDispute` ``accept``; ``CONTEST``:
-   :class:`OpenDispute` ``contest``, unless the verdict names no leaf past the public start
-   (``first_bad_leaf`` null or 0: nothing to bisect; settled);
+   :class:`OpenDispute` ``contest`` (a verdict naming no leaf to bisect from goes straight to
+   the referee, who audits the round again: the coordinator decides, not the miner);
 3. dispute opened, its view not read yet: wait;
 4. dispute ``accepted`` or ``resolved``: :class:`Finished` (its outcome);
 5. the stage awaits ``"miner"`` and ``D <= deadline_round``: :class:`PostBisect`;
@@ -205,8 +205,6 @@ def next_step(f: RoundFacts) -> Step:
             return Wait("verdict")  # journaled rerun, the view not read yet
         if f.classification == "FAULT":
             return OpenDispute("accept", f.verdict)
-        if not f.verdict.first_bad_leaf:
-            return Settle("contest: nothing to bisect")
         return OpenDispute("contest", f.verdict)
     d = f.dispute
     if d is None:

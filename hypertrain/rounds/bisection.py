@@ -43,6 +43,12 @@ Each party publishes the ``N + 1`` hashes at ``p_j = a + ceil(j (b - a) / N)``
 every earlier claim of the same party at the same point (:func:`contradiction`): nobody can
 move an endpoint it already committed to.
 
+**Nothing to bisect.** A contested MISMATCH that names no replayed leaf to start from (no
+``first_bad_leaf``: the leaves matched but the final theta or the delta did not; leaf 0; a
+leaf a cheap check found outside every replayed window) goes to the referee at once
+(:func:`verdict_case`, ``kind = "verdict"``): the referee audits the round again itself, and
+the auditor loses if that audit is a MATCH, the miner otherwise.
+
 **Ruling.** :func:`rule` is the referee's decision from its own honest values: a wrong agreed
 input, or both parties wrong, and the miner loses (the dispute is the miner's claim that its
 commitment is reproducible; a referee that reproduces neither side's value rejects it);
@@ -61,6 +67,7 @@ __all__ = [
     "EMBED_OP",
     "OPS",
     "TAIL_OPS",
+    "VERDICT_SPEC",
     "Level",
     "Party",
     "Point",
@@ -79,6 +86,7 @@ __all__ = [
     "points",
     "rule",
     "stage_points",
+    "verdict_case",
 ]
 
 EMBED_OP: Final = "embed"
@@ -88,7 +96,7 @@ ZERO32: Final = bytes(32)
 
 Level = Literal["step", "layer", "op"]
 Party = Literal["miner", "auditor"]
-RefereeKind = Literal["op", "start", "leaf"]
+RefereeKind = Literal["op", "start", "leaf", "verdict"]
 
 
 def layer_ops(n_layers: int, layer: int) -> tuple[str, ...]:
@@ -176,7 +184,7 @@ class RefereeCase:
     cases whose step interval was bisected; None when it was never claimed)."""
 
     kind: RefereeKind
-    point: Point
+    point: Point | None
     op_spec: str
     miner_hash: str | None
     auditor_hash: str | None
@@ -184,6 +192,14 @@ class RefereeCase:
     agreed_hash: str | None = None
     agreed_step: str | None = None
     leaf: int | None = None
+
+
+VERDICT_SPEC: Final = "verdict"
+
+
+def verdict_case() -> RefereeCase:
+    """The referee's case of a contest with nothing to bisect (module doc)."""
+    return RefereeCase("verdict", None, VERDICT_SPEC, None, None)
 
 
 def op_spec(n_layers: int, point: Point) -> str:
@@ -334,6 +350,8 @@ def rule(
     """Decide ``case`` from the referee's own values (module doc). ``true_point`` is the
     referee's hash at ``case.point`` (for ``leaf``: its rebuilt digest of the leaf, compared
     with ``committed_leaf``, the miner's committed digest)."""
+    if case.kind == "verdict" or case.point is None:
+        raise ValueError("a verdict case is ruled by a new audit, not by a point's value")
     if case.kind == "leaf":
         if committed_leaf is None:
             raise ValueError("a leaf case needs the committed leaf digest")

@@ -141,6 +141,8 @@ class Recompute:
         """Decide ``case`` from this recomputation (an honest referee's); returns the ruling
         and the referee's own hash at the case's point (for ``leaf``: its rebuilt leaf digest,
         hex, against ``committed_leaf``, the miner's committed digest hex)."""
+        if case.point is None:
+            raise ValueError("a verdict case is ruled by a new audit, not by a recomputation")
         if case.kind == "leaf":
             if case.leaf is None:
                 raise ValueError("a leaf case names its leaf")

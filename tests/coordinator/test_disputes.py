@@ -444,3 +444,43 @@ async def test_a_verdict_naming_a_leaf_past_the_last_is_refused(
         r = await worker(a, job["id"], "complete", {"lease": job["lease"], "verdict": bad})
         assert r.status_code == 422
         assert "past the round's last leaf" in r.json()["detail"]
+
+
+async def test_a_contest_with_nothing_to_bisect_goes_to_a_new_audit_by_the_referee(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_runs(tmp_path) as hs:
+        a = await uploaded_round(hs, body=TWO_AUDITORS)
+        await a.serve_all(MINER)
+        job = (await lease(a)).json()
+        verdict = a.verdict(job, "MISMATCH")
+        body = {**verdict["body"], "first_bad_leaf": None}  # "the delta did not match"
+        exp = job["challenge"]["serve_deadline"] + 1200
+        verdict = seal(AUDITOR, "ReplayVerdict", a.run_id, body, exp).to_json()
+        r = await worker(a, job["id"], "complete", {"lease": job["lease"], "verdict": verdict})
+        assert r.status_code == 200, r.text
+        root = _committed_root(a, verdict, await a.job_of(MINER))
+        assert await _rerun(a, MINER, root) == "CONTEST"
+        r = await a.flow.post("dispute", _dispute(a, verdict, "contest"))
+        assert r.status_code == 200, r.text
+        did = r.json()["dispute_id"]
+        view = await _view(a, did)
+        assert (view["state"], view["stage"]) == ("open", None)
+        case = view["referee"]
+        assert (case["kind"], case["op_spec"], case["point"]) == ("verdict", "verdict", None)
+        assert (await a.view())["state"] == "DISPUTE"
+        body = {
+            "dispute_id": did,
+            "op_spec": "verdict",
+            "inputs_hash": case["inputs_hash"],
+            "output_hash": h("not the committed root"),
+            "loser": AUDITOR.ss58,
+        }
+        url = f"/v1/runs/{a.run_id}/resolution"
+        env = seal(REFEREE, "Resolution", a.run_id, body, EXP).to_json()
+        assert (await a.h.client.post(url, json=env, headers=WORKER)).status_code == 422
+        env = seal(REFEREE, "Resolution", a.run_id, {**body, "output_hash": root}, EXP).to_json()
+        r = await a.h.client.post(url, json=env, headers=WORKER)
+        assert r.status_code == 200, r.text
+        miner = next(m for m in (await a.view())["miners"] if m["hotkey"] == MINER.ss58)
+        assert miner["status"] == "MATCH"

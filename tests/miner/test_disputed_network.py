@@ -12,6 +12,8 @@ every segment audit replays. Checked, each over the daemon's own routes:
 - a miner whose training nudged one op's output loses at that op: DISPUTE_LOST, a DISPUTE_LOST
   forfeit, blacklisted;
 - an auditor silent in its dispute loses at the stage's deadline;
+- an auditor that posts a MISMATCH naming no leaf (nothing to bisect) loses to the referee's
+  new audit of the round;
 - a glitch (only the committed training had the fault): the rerun equals the auditor's root, so
   TRANSIENT and no fault; a second glitch in the same ledger epoch is a FAULT; the first of the
   next epoch is forgiven again; a glitch under a full-mode audit (``reset``) is TRANSIENT too;
@@ -20,6 +22,7 @@ every segment audit replays. Checked, each over the daemon's own routes:
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from collections.abc import AsyncIterator, Callable
@@ -34,12 +37,14 @@ import trio.testing
 
 from hypertrain.auditor.progress import Progress as AuditorProgress
 from hypertrain.auditor.session import Options, run_auditor
+from hypertrain.auditor.verdict import cpu_replay_env
 from hypertrain.beacon import ChainInfo
 from hypertrain.daemon.main import DaemonHandle
 from hypertrain.datasets.pin import pin_async
 from hypertrain.miner.faults import NO_FAULTS, Faults
 from hypertrain.miner.progress import Progress
 from hypertrain.miner.session import Summary, run_miner
+from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.envelope import NEVER, seal
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import Beacon, RunManifest
@@ -126,14 +131,17 @@ async def running_network(
     auditor_faults: tuple[Fault | None, Fault | None] = (None, None),
     on_rerun: Callable[[DaemonHandle, int], None] | None = None,
     silent_after_verdict: bool = False,
+    forge_no_leaf: bool = False,
 ) -> AsyncIterator[Network]:
     """Run the daemon, MINER and both auditors until the miner is done, then yield the network
     (the daemon still up, for reads).
 
     The first auditor (the one that may lie) audits alone until its first verdict, so it is the
     one disputed; then the second starts (the referee). With ``silent_after_verdict`` the first
-    auditor stops right after that verdict: it never answers the dispute. ``on_rerun(handle,
-    w)`` is called when the miner's rerun of round ``w`` was recorded."""
+    auditor stops right after that verdict: it never answers the dispute. With
+    ``forge_no_leaf`` the first auditor does not replay at all: it posts a MISMATCH naming no
+    leaf (as if the delta did not match). ``on_rerun(handle, w)`` is called when the miner's
+    rerun of round ``w`` was recorded."""
     finished = trio.Event()
     stops = [trio.Event(), finished]
     async with (
@@ -175,6 +183,29 @@ async def running_network(
                 fault=auditor_faults[i],
             )
 
+        async def forge() -> None:
+            headers = {"Authorization": f"Bearer {WORKER_TOKEN}"}
+            while True:
+                r = await client.post("/v1/worker/lease", headers=headers)
+                if r.status_code == 200:
+                    break
+                await trio.sleep(1.0)
+            job = r.json()
+            body = {
+                "challenge_hash": job["challenge_hash"],
+                "first_bad_leaf": None,
+                "result": "MISMATCH",
+                "recomputed_leaves_root": "ab" * 32,
+                "replay_env": unstructure(cpu_replay_env(manifest)),
+            }
+            exp = job["challenge"]["serve_deadline"] + 1200
+            verdict = seal(AUDITORS[0], "ReplayVerdict", run_id, body, exp).to_json()
+            done = {"lease": job["lease"], "verdict": verdict}
+            r = await client.post(
+                f"/v1/worker/jobs/{job['id']}/complete", json=done, headers=headers
+            )
+            assert r.status_code == 200, r.text
+
         async def watch(nursery: trio.Nursery) -> None:
             second = False
             async for event in events:
@@ -189,7 +220,7 @@ async def running_network(
 
         with trio.fail_after(RUN_TIMEOUT):
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(audit, 0)
+                nursery.start_soon(forge if forge_no_leaf else functools.partial(audit, 0))
                 nursery.start_soon(watch, nursery)
                 await mine()
                 finished.set()
@@ -230,6 +261,31 @@ async def test_a_falsely_accusing_auditor_loses_at_the_op_it_altered(
         assert [b["level"] for b in dispute["bisects"]][::2] == ["step", "layer", "op"]
     assert net.summary is not None
     assert [(d.w, d.classification) for d in net.summary.disputes] == [(0, "CONTEST")]
+
+
+async def test_an_auditor_that_names_no_leaf_loses_to_the_referees_new_audit(
+    tmp_path: Path,
+    data_dir: Path,
+    run_manifest: RunManifest,
+    configured: None,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with running_network(
+        tmp_path, data_dir, run_manifest, rounds=1, forge_no_leaf=True
+    ) as net:
+        row = await net.miner(0)
+        assert row["verdict"]["body"]["first_bad_leaf"] is None
+        assert row["rerun"]["classification"] == "CONTEST"
+        outcome = _resolved(row)
+        assert (outcome["loser"], outcome["cause"], outcome["op_spec"]) == (
+            AUDITORS[0].ss58,
+            "referee",
+            "verdict",
+        )
+        assert outcome["output_hash"] == row["rerun"]["leaves_root"]  # the committed leaves
+        assert row["disputes"][0]["bisects"] == []
+        assert (row["status"], row["forfeits"]) == ("MATCH", [])
+        assert not await net.blacklisted()
 
 
 async def test_an_auditor_silent_in_its_dispute_loses_at_the_deadline(

@@ -125,9 +125,9 @@ def dispute(**over: Any) -> DisputeView:
         ({"classification": "TRANSIENT"}, Settle("transient")),
         ({"classification": "FAULT", "verdict": VERDICT}, OpenDispute("accept", VERDICT)),
         ({"classification": "CONTEST", "verdict": VERDICT}, OpenDispute("contest", VERDICT)),
-        (
-            {"classification": "CONTEST", "verdict": attrs.evolve(VERDICT, first_bad_leaf=0)},
-            Settle("contest: nothing to bisect"),
+        (  # no leaf to bisect from: the coordinator sends it to the referee's new audit
+            {"classification": "CONTEST", "verdict": attrs.evolve(VERDICT, first_bad_leaf=None)},
+            OpenDispute("contest", attrs.evolve(VERDICT, first_bad_leaf=None)),
         ),
         ({"classification": "CONTEST", "dispute_id": "44" * 32}, Wait("dispute view")),
     ],

@@ -7,11 +7,13 @@ coordinator's bookkeeping around it, one write transaction per function:
   fault verdicts by ``verdict_hash`` (404 otherwise). One dispute per verdict (409), and only
   while the miner's status is still that fault (409: a TRANSIENT rerun already forgave it).
   ``accept`` records the fault as accepted. ``contest`` needs the miner's rerun classified
-  ``CONTEST`` (409), a verdict with a replayed leaf to bisect from (``first_bad_leaf >= 1``
-  and, in segments mode, inside a challenged window: a leaf a cheap check found has nothing to
-  bisect; 409) and a second auditor to referee (409 in a single-auditor run):
-  the dispute opens at :func:`~hypertrain.rounds.bisection.first_stage` with a deadline of
-  ``dispute_per_level`` drand rounds, and the round's state becomes DISPUTE.
+  ``CONTEST`` (409) and a second auditor to referee (409 in a single-auditor run). With a
+  replayed leaf to bisect from (``first_bad_leaf >= 1`` and, in segments mode, inside a
+  challenged window) the dispute opens at :func:`~hypertrain.rounds.bisection.first_stage`
+  with a deadline of ``dispute_per_level`` drand rounds; with nothing to bisect (no leaf, leaf
+  0, a leaf a cheap check found) it opens at the referee
+  (:func:`~hypertrain.rounds.bisection.verdict_case`: a new audit decides). Either way the
+  round's state becomes DISPUTE.
 - :func:`post_bisect`: a Bisect envelope from a party (the miner or the disputed auditor; 403
   for anyone else, or a ``party`` that is not the signer) for exactly the current stage (409
   otherwise, after its deadline, or a second Bisect of the party for it), consistent with the
@@ -43,6 +45,7 @@ from typing import Any, Final
 
 from hypertrain.beacon.ingest import latest_round
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
+from hypertrain.coordinator.flows.rerun import compared_leaves
 from hypertrain.coordinator.tables.audits import JobRow, get_job, insert_forfeit, jobs_of_run
 from hypertrain.coordinator.tables.disputes import (
     BisectRow,
@@ -75,6 +78,7 @@ from hypertrain.protocol.errors import (
 from hypertrain.protocol.jcs import body_digest
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
+from hypertrain.protocol.merkle import merkle_root_hex
 from hypertrain.protocol.messages import (
     AuditChallenge,
     Bisect,
@@ -95,6 +99,7 @@ from hypertrain.rounds.bisection import (
     first_stage,
     inputs_hash,
     points,
+    verdict_case,
 )
 from hypertrain.rounds.states import FAULT_STATUSES
 from hypertrain.trainer.leaves import preimage_digest
@@ -285,6 +290,7 @@ def post_dispute(conn: sqlite3.Connection, run_id: str, raw: object) -> tuple[Ev
         raise Conflict(f"{dispute.hotkey} is {miner.status} in round {job.w}, not {verdict.result}")
     manifest = _manifest(conn, run_id)
     stage: Stage | None = None
+    case: RefereeCase | None = None
     if dispute.action == "contest":
         rerun = conn.execute(
             "SELECT classification FROM reruns WHERE run_id = ? AND w = ? AND hotkey = ?",
@@ -293,17 +299,20 @@ def post_dispute(conn: sqlite3.Connection, run_id: str, raw: object) -> tuple[Ev
         if rerun is None or rerun[0] != "CONTEST":
             got = "no rerun" if rerun is None else f"a {rerun[0]} rerun"
             raise Conflict(f"contest needs a CONTEST rerun of round {job.w}, there is {got}")
-        k = verdict.first_bad_leaf
-        if k is None or k < 1:
-            raise Conflict("the verdict names no leaf after the start to bisect from")
-        if k > manifest.inner.H // manifest.inner.J:
-            raise Conflict(f"the verdict's first_bad_leaf {k} is past the round's last leaf")
-        challenge = structure(AuditChallenge, job.challenge_json()["body"])
-        if challenge.mode == "segments" and not any(a < k <= b for a, b in challenge.segments):
-            raise Conflict(f"leaf {k} was found by a check, not by a replayed window: no bisection")
         if len(manifest.auditors) < 2:
             raise Conflict("the run has a single auditor: no one can referee a dispute")
-        stage = first_stage(k, manifest.inner.J, manifest.model.n_layers, ARITY)
+        k = verdict.first_bad_leaf
+        if k is not None and k > manifest.inner.H // manifest.inner.J:
+            raise Conflict(f"the verdict's first_bad_leaf {k} is past the round's last leaf")
+        challenge = structure(AuditChallenge, job.challenge_json()["body"])
+        if (
+            k is None
+            or k < 1
+            or (challenge.mode == "segments" and not any(a < k <= b for a, b in challenge.segments))
+        ):
+            case = verdict_case()  # nothing to bisect: the referee audits again
+        else:
+            stage = first_stage(k, manifest.inner.J, manifest.model.n_layers, ARITY)
     record_seen(conn, verified.replay_key, d)
     row = DisputeRow(
         dispute_id=verified.body_digest,
@@ -315,10 +324,10 @@ def post_dispute(conn: sqlite3.Connection, run_id: str, raw: object) -> tuple[Ev
         verdict_hash=dispute.verdict_hash,
         first_bad_leaf=verdict.first_bad_leaf,
         action=dispute.action,
-        state="open" if stage is not None else "accepted",
+        state="accepted" if dispute.action == "accept" else "open",
         stage=stage,
         level_deadline=None if stage is None else d + manifest.verify.T.dispute_per_level,
-        referee=None,
+        referee=case,
         agreed_step=None,
         outcome=None,
         envelope=verified.envelope.encode().decode(),
@@ -327,7 +336,9 @@ def post_dispute(conn: sqlite3.Connection, run_id: str, raw: object) -> tuple[Ev
     )
     insert_dispute(conn, row)
     answer = {"dispute_id": row.dispute_id, "state": row.state}
-    return answer, _event(row, "opened" if stage is not None else "accepted")
+    if row.state == "accepted":
+        return answer, _event(row, "accepted")
+    return answer, _event(row, "opened", referee=None if case is None else case.kind)
 
 
 # --- the Bisects ---------------------------------------------------------------------------------
@@ -524,12 +535,19 @@ def _check_vindication(
     conn: sqlite3.Connection, row: DisputeRow, case: RefereeCase, output_hash: str
 ) -> None:
     """An auditor loses only to a referee whose value is the miner's: the miner's hash at the
-    disputed point, or (a leaf case) the miner's committed leaf digest (422 otherwise)."""
+    disputed point, (a leaf case) the miner's committed leaf digest, or (a verdict case) the
+    root of the committed digests the new audit compared (422 otherwise)."""
+    stored = get_leaves(conn, row.run_id, row.w, row.hotkey)
     if case.kind == "leaf":
-        stored = get_leaves(conn, row.run_id, row.w, row.hotkey)
         assert stored is not None  # a leaf was compared, so the preimages are stored
         assert case.leaf is not None
         want = preimage_digest(structure(LeafPreimage, stored.preimages[case.leaf])).hex()
+    elif case.kind == "verdict":  # the new audit's root: the committed digests it compared
+        assert stored is not None  # a MISMATCH needs the preimages (else BAD_PROOF)
+        job = job_of_dispute(conn, row)
+        challenge = structure(AuditChallenge, job.challenge_json()["body"])
+        digests = [preimage_digest(structure(LeafPreimage, p)) for p in stored.preimages]
+        want = merkle_root_hex([digests[k] for k in compared_leaves(challenge, len(digests))])
     else:
         want = case.miner_hash or ""
     if output_hash != want:
