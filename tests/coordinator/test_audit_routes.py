@@ -264,6 +264,7 @@ async def test_auditor_stats_count_revealed_honeypots_per_epoch(
         assert {k: epoch[k] for k in epoch if k != "epoch"} == {
             "audits": 2,
             "catches": 1,
+            "overturned": 0,
             "hp_bad": 1,
             "hp_bad_caught": 1,
             "hp_honest": 1,

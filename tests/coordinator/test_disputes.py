@@ -199,6 +199,9 @@ async def test_a_contest_bisects_to_one_op_and_the_referee_vindicates_the_miner(
         assert round_view["state"] != "DISPUTE"
         run = (await a.h.client.get(f"/v1/runs/{a.run_id}")).json()
         assert not next(m for m in run["roster"] if m["hotkey"] == MINER.ss58)["blacklisted"]
+        stats = (await a.h.client.get(f"/run/{a.run_id}/auditor-stats")).json()
+        (epoch,) = stats["epochs"]
+        assert (epoch["catches"], epoch["overturned"]) == (1, 1)  # the verdict, overturned
         changes = [json.loads(e.json)["change"] for e in await drain(sub)]
         rounds = ["bisect", "bisect", "stage"] * 2 + ["bisect", "bisect", "referee"]
         assert changes == ["opened", *rounds, "resolved"]

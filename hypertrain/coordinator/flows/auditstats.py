@@ -8,8 +8,10 @@ revealed: the members of the revealed commitment the round's RoundOpen carried
 adversarial: ``hp_bad`` audits of them, ``hp_bad_caught`` with a fault verdict; ``hp_honest``
 audits of ``honest`` members, ``hp_honest_flagged`` with a fault verdict.
 ``honeypot_catch_rate = hp_bad_caught / hp_bad`` and ``honeypot_false_positive_rate =
-hp_honest_flagged / hp_honest``, null when the denominator is 0. :func:`epoch_stats` is the
-pure count; :func:`auditor_stats` reads its inputs in one transaction.
+hp_honest_flagged / hp_honest``, null when the denominator is 0. ``overturned`` counts the
+fault verdicts whose auditor lost the miner's dispute (a verdict is still counted as it was
+given: a false accusation corrected by a dispute was a false accusation). :func:`epoch_stats`
+is the pure count; :func:`auditor_stats` reads its inputs in one transaction.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from attrs import frozen
 from hypertrain.beacon.chain import ChainInfo
 from hypertrain.coordinator.settings import CoordinatorSettings
 from hypertrain.coordinator.tables.audits import jobs_of_run
+from hypertrain.coordinator.tables.disputes import disputes_of_run
 from hypertrain.coordinator.tables.rounds import round_rows
 from hypertrain.coordinator.tables.runs import get_run
 from hypertrain.rounds.states import FAULT_STATUSES
@@ -56,6 +59,8 @@ class AuditRecord:
     epoch: int
     fault: bool
     honeypot: str | None
+    overturned: bool = False
+    """A fault verdict whose auditor lost the dispute about it."""
 
 
 def _rate(num: int, den: int) -> float | None:
@@ -69,12 +74,21 @@ def epoch_stats(records: Iterable[AuditRecord]) -> list[dict[str, Any]]:
         c = counts.setdefault(
             r.epoch,
             dict.fromkeys(
-                ("audits", "catches", "hp_bad", "hp_bad_caught", "hp_honest", "hp_honest_flagged"),
+                (
+                    "audits",
+                    "catches",
+                    "overturned",
+                    "hp_bad",
+                    "hp_bad_caught",
+                    "hp_honest",
+                    "hp_honest_flagged",
+                ),
                 0,
             ),
         )
         c["audits"] += 1
         c["catches"] += r.fault
+        c["overturned"] += r.overturned
         if r.honeypot == "honest":
             c["hp_honest"] += 1
             c["hp_honest_flagged"] += r.fault
@@ -111,6 +125,11 @@ def auditor_stats(
     get_run(conn, run_id)
     revealed = _revealed(conn, run_id)
     rounds = {row.w: row for row in round_rows(conn, run_id)}
+    overturned = {
+        d.job_id
+        for d in disputes_of_run(conn, run_id)
+        if d.outcome is not None and d.outcome.get("loser_role") == "auditor"
+    }
     records = []
     for job in jobs_of_run(conn, run_id):
         if job.result is None:
@@ -122,6 +141,7 @@ def auditor_stats(
                 epoch=clock.epoch_of(chain.time_of(row.deadlines.d_audit)),
                 fault=job.result in FAULT_STATUSES,
                 honeypot=members.get(job.target),
+                overturned=job.job_id in overturned,
             )
         )
     return {"run_id": run_id, "epochs": epoch_stats(records)}
