@@ -32,7 +32,7 @@ Pure: no trio, no httpx, no torch (:class:`Recomputer` is the torch side's proto
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import attrs
 from attrs import field, frozen
@@ -42,7 +42,7 @@ from hypertrain.auditor.errors import DisputeError
 from hypertrain.auditor.job import AuditJob
 from hypertrain.auditor.verdict import Samples, start_theta
 from hypertrain.protocol.converter import structure
-from hypertrain.protocol.envelope import Envelope, seal
+from hypertrain.protocol.envelope import CLIENT_EXP, Envelope, seal
 from hypertrain.protocol.errors import SchemaError
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.messages import Bisect, Resolution
@@ -63,7 +63,6 @@ from hypertrain.rounds.segments import Window
 from hypertrain.trainer.state import TrainState
 
 __all__ = [
-    "DISPUTE_EXP",
     "DisputeState",
     "DisputeView",
     "PointView",
@@ -86,9 +85,6 @@ __all__ = [
     "stage_of",
     "start_blob_shas",
 ]
-
-DISPUTE_EXP: Final = 2**40
-"""``exp_drand`` of the auditor's Bisect and Resolution envelopes (like a miner's)."""
 
 DisputeState = Literal["open", "accepted", "resolved"]
 
@@ -340,7 +336,7 @@ def seal_bisect(
 ) -> Envelope:
     """:func:`bisect_of` signed by ``keypair`` (its ss58 is the party)."""
     body = bisect_of(view, stage, hashes, keypair.ss58)
-    return seal(keypair, "Bisect", view.run_id, body, DISPUTE_EXP)
+    return seal(keypair, "Bisect", view.run_id, body, CLIENT_EXP)
 
 
 def resolution_of(
@@ -361,7 +357,7 @@ def seal_resolution(
 ) -> Envelope:
     """:func:`resolution_of` signed by the referee ``keypair``."""
     body = resolution_of(view, case, ruling, output_hash)
-    return seal(keypair, "Resolution", view.run_id, body, DISPUTE_EXP)
+    return seal(keypair, "Resolution", view.run_id, body, CLIENT_EXP)
 
 
 class Recomputation(Protocol):

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Final, TypeVar
+from typing import TypeVar
 
 import attrs
 import httpx
@@ -58,17 +58,14 @@ from hypertrain.miner.errors import (
 from hypertrain.miner.round import RoundRunner, retry_call
 from hypertrain.miner.serves import PreparedServe, prepare_serve, serve_points
 from hypertrain.protocol.converter import structure
-from hypertrain.protocol.envelope import seal, verify
+from hypertrain.protocol.envelope import CLIENT_EXP, seal, verify
 from hypertrain.protocol.errors import HypertrainError
 from hypertrain.protocol.messages import AuditChallenge, RoundOpen
 
-__all__ = ["SERVE_EXP_DRAND", "AuditServer", "Served", "check_challenge"]
+__all__ = ["AuditServer", "Served", "check_challenge"]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-SERVE_EXP_DRAND: Final = 2**40
-"""``exp_drand`` of the miner's StateServe envelopes (spec 2.3: the miner client uses 2^40)."""
 
 
 @attrs.frozen
@@ -322,7 +319,7 @@ class AuditServer:
         sha, allow_file = prepared.blob_sha256, runner.config.allow_file_upload
         url = await self._retry(lambda: client.upload_grant(run_id, w, hotkey, sha, ch))
         await self._retry(lambda: client.put_payload(url, prepared.blob, allow_file=allow_file))
-        envelope = seal(runner.keypair, "StateServe", run_id, prepared.body, SERVE_EXP_DRAND)
+        envelope = seal(runner.keypair, "StateServe", run_id, prepared.body, CLIENT_EXP)
         answer = await self._retry(lambda: client.post_state(run_id, envelope))
         if (answer.challenge_hash, answer.t, answer.stored) != (ch, prepared.t, True):
             raise MinerProtocolError(f"round {w}: the StateServe answer is not for our serve")

@@ -71,7 +71,7 @@ from hypertrain.miner.disputeplan import (
     Wait,
     next_step,
 )
-from hypertrain.miner.disputesteps import DISPUTE_EXP_DRAND, DisputeSteps, Followed, GiveUp, Later
+from hypertrain.miner.disputesteps import DisputeSteps, Followed, GiveUp, Later
 from hypertrain.miner.errors import ApiError, MinerProtocolError
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.round import RoundRunner
@@ -81,7 +81,7 @@ from hypertrain.protocol.errors import HypertrainError
 from hypertrain.protocol.messages import ReplayVerdict, RoundOpen
 from nurseries import RunSync
 
-__all__ = ["DISPUTE_EXP_DRAND", "DisputeFollower", "DisputeRecord"]
+__all__ = ["DisputeFollower", "DisputeRecord"]
 
 logger = logging.getLogger(__name__)
 

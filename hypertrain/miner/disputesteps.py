@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 import attrs
 import httpx
@@ -47,7 +47,7 @@ from hypertrain.miner.disputeplan import (
 from hypertrain.miner.errors import ApiError, MinerError, MinerProtocolError, ServeError
 from hypertrain.miner.round import RoundRunner, retry_call
 from hypertrain.protocol.converter import structure
-from hypertrain.protocol.envelope import seal
+from hypertrain.protocol.envelope import CLIENT_EXP, seal
 from hypertrain.protocol.errors import HypertrainError
 from hypertrain.protocol.hashes import rerun_claim_bytes
 from hypertrain.protocol.messages import AuditChallenge, Bisect, Dispute, LeafPreimage
@@ -55,13 +55,10 @@ from hypertrain.trainer.errors import TrainerError
 from hypertrain.trainer.leaves import preimage_digest
 from nurseries import RunSync
 
-__all__ = ["DISPUTE_EXP_DRAND", "DisputeSteps", "Followed", "GiveUp", "Later"]
+__all__ = ["DisputeSteps", "Followed", "GiveUp", "Later"]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-DISPUTE_EXP_DRAND: Final = 2**40
-"""``exp_drand`` of the miner's Dispute and Bisect envelopes (like its other envelopes)."""
 
 
 @attrs.define
@@ -186,7 +183,7 @@ class DisputeSteps:
         runner, w = self.runner, follow.w
         hotkey, verdict_hash = runner.keypair.ss58, step.verdict.verdict_hash
         body = Dispute(hotkey=hotkey, verdict_hash=verdict_hash, action=step.action)
-        envelope = seal(runner.keypair, "Dispute", runner.run_id, body, DISPUTE_EXP_DRAND)
+        envelope = seal(runner.keypair, "Dispute", runner.run_id, body, CLIENT_EXP)
         try:
             answer = await self.call(
                 "dispute", w, lambda: runner.client.dispute(runner.run_id, envelope)
@@ -245,7 +242,7 @@ class DisputeSteps:
             hashes=tuple(hashes),
             party=runner.keypair.ss58,
         )
-        envelope = seal(runner.keypair, "Bisect", runner.run_id, body, DISPUTE_EXP_DRAND)
+        envelope = seal(runner.keypair, "Bisect", runner.run_id, body, CLIENT_EXP)
         try:
             await self.call("bisect", w, lambda: runner.client.bisect(runner.run_id, envelope))
         except ApiError as e:

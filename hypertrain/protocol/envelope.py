@@ -39,6 +39,7 @@ from hypertrain.protocol.messages import MESSAGE_TYPES, SIGNER_BOUND_TYPES, Disp
 from hypertrain.protocol.validators import is_hex64, is_sig_hex, ss58_public_key
 
 __all__ = [
+    "CLIENT_EXP",
     "ENVELOPE_KEYS",
     "ENVELOPE_VERSION",
     "NEVER",
@@ -58,6 +59,9 @@ ENVELOPE_VERSION: Final = "ht/1"
 ENVELOPE_KEYS: Final = frozenset({"v", "type", "run_id", "body", "signer", "exp_drand", "sig"})
 NEVER: Final = MAX_SAFE_INT
 """``exp_drand`` of container-issued records that never expire (Receipt, AuditChallenge...)."""
+CLIENT_EXP: Final = 2**40
+"""``exp_drand`` of the envelopes a client signs with no deadline of their own (spec 2.3: the
+miner client uses 2^40): StateServe, Dispute, Bisect, Resolution."""
 _DOMAIN: Final = b"hypertrain/1|"
 
 ReplayKey = tuple[str, str, str, str, str]
