@@ -55,6 +55,7 @@ from hypertrain.miner.errors import (
     ServeError,
     UploadRefused,
 )
+from hypertrain.miner.passes import Passes
 from hypertrain.miner.round import RoundRunner, retry_call
 from hypertrain.miner.serves import PreparedServe, prepare_serve, serve_points
 from hypertrain.protocol.converter import structure
@@ -124,7 +125,7 @@ class AuditServer:
         self._given_up: set[tuple[str, int]] = set()
         self._noted: set[str] = set()
         self._served: list[Served] = []
-        self._pass_done = trio.Event()
+        self._passes = Passes()
 
     @property
     def served(self) -> tuple[Served, ...]:
@@ -140,16 +141,11 @@ class AuditServer:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Poll and serve every ``poll_seconds``; ends only by cancellation."""
         task_status.started()
-        while True:
-            await self.poll_once()
-            done, self._pass_done = self._pass_done, trio.Event()
-            done.set()
-            await trio.sleep(self.runner.config.poll_seconds)
+        await self._passes.run(self.poll_once, self.runner.config.poll_seconds)
 
     async def wait_settled(self) -> None:
         """Return once no watched round is left (:meth:`run` must be running)."""
-        while self.pending():
-            await self._pass_done.wait()
+        await self._passes.wait_while(self.pending)
 
     def pending(self) -> list[int]:
         """The rounds still watched: leaves posted, leaf states kept, audit not settled."""

@@ -74,6 +74,7 @@ from hypertrain.miner.disputeplan import (
 from hypertrain.miner.disputesteps import DisputeSteps, Followed, GiveUp, Later
 from hypertrain.miner.errors import ApiError, MinerProtocolError
 from hypertrain.miner.honeypot import HoneypotMode
+from hypertrain.miner.passes import Passes
 from hypertrain.miner.round import RoundRunner
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.envelope import verify
@@ -119,7 +120,7 @@ class DisputeFollower:
         self._settled: dict[int, str] = {}
         self._records: list[DisputeRecord] = []
         self._noted: set[str] = set()
-        self._pass_done = trio.Event()
+        self._passes = Passes()
 
     @property
     def records(self) -> tuple[DisputeRecord, ...]:
@@ -136,16 +137,11 @@ class DisputeFollower:
         """Poll and act every ``poll_seconds``; ends only by cancellation."""
         self._load_settled()
         task_status.started()
-        while True:
-            await self.poll_once()
-            done, self._pass_done = self._pass_done, trio.Event()
-            done.set()
-            await trio.sleep(self.runner.config.poll_seconds)
+        await self._passes.run(self.poll_once, self.runner.config.poll_seconds)
 
     async def wait_settled(self) -> None:
         """Return once no followed round is left (:meth:`run` must be running)."""
-        while self.pending():
-            await self._pass_done.wait()
+        await self._passes.wait_while(self.pending)
 
     def pending(self) -> list[int]:
         """The rounds still followed: leaves posted, audit not settled, artifacts kept."""
