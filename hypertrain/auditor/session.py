@@ -143,7 +143,8 @@ async def run_auditor(
         run_sync = run_sync or _threaded()
         data = DatasetCache(options.data_dir, client.get_object)
         replayer = _replayers(fault)
-        worker = AuditorWorker(
+        audit_with = functools.partial(
+            AuditorWorker,
             client=client,
             keypair=options.keypair,
             run_id=options.run_id,
@@ -151,18 +152,9 @@ async def run_auditor(
             progress=progress,
             settings=settings,
             run_sync=run_sync,
-            replayer=replayer,
         )
-        honest = AuditorWorker(  # the referee's: it re-audits with no fault, whatever `fault`
-            client=client,
-            keypair=options.keypair,
-            run_id=options.run_id,
-            data=data,
-            progress=progress,
-            settings=settings,
-            run_sync=run_sync,
-            replayer=_replayers(None),
-        )
+        worker = audit_with(replayer=replayer)
+        honest = audit_with(replayer=_replayers(None))  # the referee's re-audits: no fault
         disputes = DisputeWorker(
             client=client,
             keypair=options.keypair,

@@ -34,7 +34,7 @@ Outcomes (:func:`_conclude`): the auditor loses -> the miner's status is MATCH, 
 Forfeit is deleted and its blacklist lifted unless another round still holds a fault; the miner
 loses -> its status is DISPUTE_LOST and the Forfeit is resealed with cause DISPUTE_LOST
 (evidence: challenge hash, verdict hash, dispute id). Finality (issue 15) must refuse a round
-with an open dispute (:func:`~hypertrain.coordinator.tables.disputes.open_disputes`).
+with an open dispute (its ``disputes`` rows with ``state = 'open'``).
 """
 
 from __future__ import annotations
@@ -171,8 +171,9 @@ def _awaiting(row: DisputeRow, bisects: list[BisectRow]) -> list[Party]:
     return [role for role in ("miner", "auditor") if role not in done]
 
 
-def dispute_view(row: DisputeRow, bisects: list[BisectRow]) -> dict[str, Any]:
+def dispute_view(conn: sqlite3.Connection, row: DisputeRow) -> dict[str, Any]:
     """The DisputeView JSON (docs/auditor.md, "Disputes")."""
+    bisects = bisects_of(conn, row.dispute_id)
     stage = None
     if row.stage is not None:
         s = row.stage
@@ -193,7 +194,7 @@ def dispute_view(row: DisputeRow, bisects: list[BisectRow]) -> dict[str, Any]:
         "miner": row.hotkey,
         "auditor": row.auditor,
         "job_id": row.job_id,
-        "challenge_hash": None,
+        "challenge_hash": job_of_dispute(conn, row).challenge_hash,
         "verdict_hash": row.verdict_hash,
         "first_bad_leaf": row.first_bad_leaf,
         "action": row.action,
@@ -206,19 +207,12 @@ def dispute_view(row: DisputeRow, bisects: list[BisectRow]) -> dict[str, Any]:
     }
 
 
-def _with_challenge(conn: sqlite3.Connection, row: DisputeRow) -> dict[str, Any]:
-    view = dispute_view(row, bisects_of(conn, row.dispute_id))
-    job = get_job(conn, row.job_id)
-    view["challenge_hash"] = None if job is None else job.challenge_hash
-    return view
-
-
 def get_dispute_view(conn: sqlite3.Connection, run_id: str, dispute_id: str) -> dict[str, Any]:
     """``GET /v1/runs/{id}/disputes/{dispute_id}`` (404 unknown)."""
     row = get_dispute(conn, dispute_id)
     if row is None or row.run_id != run_id:
         raise NotFound(f"no dispute {dispute_id} in run {run_id}")
-    return _with_challenge(conn, row)
+    return dispute_view(conn, row)
 
 
 def disputes_list(
@@ -239,12 +233,12 @@ def disputes_list(
         and (party is None or r.role_of(party) is not None)
         and (not referee or (r.state == "open" and r.stage is None))
     ]
-    return {"run_id": run_id, "disputes": [_with_challenge(conn, r) for r in rows]}
+    return {"run_id": run_id, "disputes": [dispute_view(conn, r) for r in rows]}
 
 
 def round_disputes(conn: sqlite3.Connection, rows: list[DisputeRow]) -> list[dict[str, Any]]:
     """The round view's ``disputes``."""
-    return [_with_challenge(conn, r) for r in rows]
+    return [dispute_view(conn, r) for r in rows]
 
 
 def job_of_dispute(conn: sqlite3.Connection, row: DisputeRow) -> JobRow:
@@ -420,7 +414,7 @@ def post_bisect(conn: sqlite3.Connection, run_id: str, raw: object) -> tuple[Eve
         events.append(_advance(conn, row, manifest, mine["miner"], mine["auditor"], d))
     after = get_dispute(conn, row.dispute_id)
     assert after is not None
-    view = dispute_view(after, bisects)
+    view = dispute_view(conn, after)
     answer = {
         "dispute_id": row.dispute_id,
         "seq": stored.seq,

@@ -30,7 +30,6 @@ __all__ = [
     "get_dispute",
     "insert_bisect",
     "insert_dispute",
-    "open_disputes",
     "overdue_disputes",
     "update_dispute",
 ]
@@ -141,11 +140,6 @@ def disputes_of_run(conn: sqlite3.Connection, run_id: str) -> list[DisputeRow]:
         (run_id,),
     )
     return [_row(r) for r in rows]
-
-
-def open_disputes(conn: sqlite3.Connection, run_id: str, w: int) -> list[DisputeRow]:
-    """The open disputes of round ``w`` (what finalization must wait for)."""
-    return [d for d in disputes_of_round(conn, run_id, w) if d.state == "open"]
 
 
 def overdue_disputes(conn: sqlite3.Connection, D: int) -> list[DisputeRow]:  # noqa: N803
