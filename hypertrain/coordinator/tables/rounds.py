@@ -182,12 +182,10 @@ def _merged(conn: sqlite3.Connection, run_id: str, w: int) -> bool:
     return row is not None
 
 
-def _has_open_dispute(conn: sqlite3.Connection, run_id: str, w: int) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM disputes WHERE run_id = ? AND w = ? AND state = 'open' LIMIT 1",
-        (run_id, w),
-    ).fetchone()
-    return row is not None
+def _disputed_rounds(conn: sqlite3.Connection) -> set[tuple[str, int]]:
+    """``(run_id, w)`` of every round with an open dispute (one query for all the rows)."""
+    rows = conn.execute("SELECT DISTINCT run_id, w FROM disputes WHERE state = 'open'")
+    return {(run_id, w) for run_id, w in rows}
 
 
 def round_states(
@@ -203,6 +201,7 @@ def round_states(
     An open dispute of the round makes it DISPUTE; Finalize arrives with a later table.
     """
     known = {(row.run_id, row.w): row.deadlines.d_assign for row in rows}
+    disputed = _disputed_rounds(conn)
     states = []
     for row in rows:
         key = (row.run_id, row.w + 1)
@@ -214,7 +213,7 @@ def round_states(
                 row.deadlines,
                 next_round_d_assign=next_d_assign,
                 merged_last=merged_last,
-                has_open_dispute=_has_open_dispute(conn, row.run_id, row.w),
+                has_open_dispute=(row.run_id, row.w) in disputed,
             )
         )
     return states
