@@ -76,10 +76,17 @@ async def _put(client: httpx.AsyncClient, path: str, body: object) -> Any:
     return r.json()
 
 
-async def _launch(
-    client: httpx.AsyncClient, manifest: RunManifest, data_dir: Path, objects_dir: Path
-) -> tuple[str, dict[str, Any]]:
-    """Create, register the data, configure, admit everyone, commit the honeypots, unpause."""
+async def create_audited_run(
+    client: httpx.AsyncClient,
+    manifest: RunManifest,
+    data_dir: Path,
+    objects_dir: Path,
+    *,
+    auditors: tuple[str, ...],
+    rounds: int,
+) -> str:
+    """Create the run on the daemon's chain (K_coord, ``auditors``, a short upload window),
+    register the data and configure ``rounds`` rounds; the run id (still paused)."""
     info = ChainInfo.from_json((await client.get("/v1/beacon/info")).json())
     beacon = Beacon(
         chain_hash=info.hash, period=info.period_ms // 1000, genesis_time=info.genesis_ms // 1000
@@ -91,7 +98,7 @@ async def _launch(
         manifest,
         coord_pubkey=COORD.ss58,
         beacon=beacon,
-        auditors=(AUDITOR.ss58,),
+        auditors=auditors,
         verify=attrs.evolve(manifest.verify, T=timeouts),
     )
     envelope = seal(OWNER, "RunManifest", manifest.run_id(), manifest, NEVER).to_json()
@@ -101,8 +108,19 @@ async def _launch(
     base = f"/v1/admin/runs/{run_id}"
     pinned = await pin_async(data_dir, objects_dir)
     await _put(client, f"{base}/dataset", {"manifest_sha256": pinned.manifest_sha256})
-    config = {"train_rounds": 20, "final_after_upload": 5, "total_rounds": ROUNDS}
+    config = {"train_rounds": 20, "final_after_upload": 5, "total_rounds": rounds}
     await _put(client, f"{base}/config", config)
+    return run_id
+
+
+async def _launch(
+    client: httpx.AsyncClient, manifest: RunManifest, data_dir: Path, objects_dir: Path
+) -> tuple[str, dict[str, Any]]:
+    """Create, register the data, configure, admit everyone, commit the honeypots, unpause."""
+    run_id = await create_audited_run(
+        client, manifest, data_dir, objects_dir, auditors=(AUDITOR.ss58,), rounds=ROUNDS
+    )
+    base = f"/v1/admin/runs/{run_id}"
     for i, key in enumerate(MINERS):
         await _put(client, f"{base}/roster/{key.ss58}", {"cluster": CLUSTER} if i == 0 else {})
     for mode, key in HONEYPOTS.items():

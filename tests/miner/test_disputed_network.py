@@ -38,21 +38,19 @@ import trio.testing
 from hypertrain.auditor.progress import Progress as AuditorProgress
 from hypertrain.auditor.session import Options, run_auditor
 from hypertrain.auditor.verdict import cpu_replay_env
-from hypertrain.beacon import ChainInfo
 from hypertrain.daemon.main import DaemonHandle
-from hypertrain.datasets.pin import pin_async
 from hypertrain.miner.faults import NO_FAULTS, Faults
 from hypertrain.miner.progress import Progress
 from hypertrain.miner.session import Summary, run_miner
 from hypertrain.protocol.converter import unstructure
-from hypertrain.protocol.envelope import NEVER, seal
+from hypertrain.protocol.envelope import seal
 from hypertrain.protocol.keys import Keypair
-from hypertrain.protocol.manifest import Beacon, RunManifest
+from hypertrain.protocol.manifest import RunManifest
 from hypertrain.trainer.fault import Fault
 from nurseries import run_inline
-from tests.coordinator.harness import WORKER_TOKEN, admin_headers
-from tests.miner.test_against_the_daemon import API, COORD, MINERS, OWNER, _config
-from tests.miner.test_audited_network import UPLOAD_AFTER_COMMIT, _daemon, _put
+from tests.coordinator.harness import WORKER_TOKEN
+from tests.miner.test_against_the_daemon import API, MINERS, _config
+from tests.miner.test_audited_network import _daemon, _put, create_audited_run
 
 RUN_TIMEOUT = 8000.0  # virtual seconds
 AUDITORS = [Keypair.from_seed(bytes([0x0A + i]) * 32) for i in range(2)]
@@ -68,27 +66,11 @@ def _fault(manifest: RunManifest, op: str, layer: int = 1) -> Fault:
 async def _launch(
     client: httpx.AsyncClient, manifest: RunManifest, data_dir: Path, objects: Path, rounds: int
 ) -> str:
-    info = ChainInfo.from_json((await client.get("/v1/beacon/info")).json())
-    beacon = Beacon(
-        chain_hash=info.hash, period=info.period_ms // 1000, genesis_time=info.genesis_ms // 1000
+    auditors = tuple(a.ss58 for a in AUDITORS)
+    run_id = await create_audited_run(
+        client, manifest, data_dir, objects, auditors=auditors, rounds=rounds
     )
-    timeouts = attrs.evolve(manifest.verify.T, upload_after_commit=UPLOAD_AFTER_COMMIT)
-    manifest = attrs.evolve(
-        manifest,
-        coord_pubkey=COORD.ss58,
-        beacon=beacon,
-        auditors=tuple(a.ss58 for a in AUDITORS),
-        verify=attrs.evolve(manifest.verify, T=timeouts),
-    )
-    envelope = seal(OWNER, "RunManifest", manifest.run_id(), manifest, NEVER).to_json()
-    created = await client.post("/v1/admin/runs", json=envelope, headers=admin_headers())
-    assert created.status_code == 201, created.text
-    run_id: str = created.json()["run_id"]
     base = f"/v1/admin/runs/{run_id}"
-    pinned = await pin_async(data_dir, objects)
-    await _put(client, f"{base}/dataset", {"manifest_sha256": pinned.manifest_sha256})
-    config = {"train_rounds": 20, "final_after_upload": 5, "total_rounds": rounds}
-    await _put(client, f"{base}/config", config)
     await _put(client, f"{base}/roster/{MINER.ss58}", {"probation": True})
     await _put(client, f"{base}/paused", {"paused": False})
     return run_id
