@@ -3,13 +3,16 @@
 ::
 
     hypertrain-auditor --api URL --run-id ID --token-file F --keyfile F
-                       [--data-dir DIR] [--once] [--json]
+                       [--data-dir DIR] [--poll-seconds S] [--once] [--json]
 
 Leases the audit jobs of run ``ID`` (``--token-file``: the worker bearer token; ``--keyfile``:
 the seed of a key listed in the manifest's ``auditors``), replays them on CPU and posts signed
 verdicts. ``--once`` audits one job, or exits when there is none; otherwise it runs until
 SIGINT/SIGTERM (a job in hand is then handed back). ``--data-dir`` holds the dataset cache
 (default ``$XDG_STATE_HOME/hypertrain/auditor``, i.e. ``~/.local/state/hypertrain/auditor``).
+``--poll-seconds`` (default 10) is the wait between asking for work, and between looks at the
+disputes it is a party to or may referee (those loops run beside the audits, not with
+``--once``).
 Progress: one line per job on stderr; with ``--json`` one JSON object per job on stdout.
 
 Exit status: 0 a normal end (a signal, or with ``--once`` a verdict posted or nothing to do);
