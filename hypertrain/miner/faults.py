@@ -22,7 +22,7 @@ from typing import Final
 
 import attrs
 
-from hypertrain.rounds.bisection import layer_ops
+from hypertrain.rounds.bisection import EMBED_OP, OPS, TAIL_OPS
 from hypertrain.trainer.fault import Fault
 
 __all__ = ["NO_FAULTS", "TEST_FAULT_ENV", "Faults", "fault_from_spec", "faults_from_env"]
@@ -72,7 +72,7 @@ def fault_from_spec(spec: str) -> Fault:
                 raise ValueError(f"{spec!r}: {key} must be a non-negative integer")
             numbers[key] = int(fields[key])
     op = fields["op"]
-    if op not in {name for layer in (0, 1, 2) for name in layer_ops(2, layer)}:
+    if op not in {EMBED_OP, *OPS, *TAIL_OPS}:
         raise ValueError(f"{spec!r}: {op!r} is not an op")
     return Fault(
         t=numbers["step"],
