@@ -13,7 +13,9 @@ aggregate`` on another machine (inputs from ``GET .../inputs``, objects over HTT
   ``theta_hash`` (:class:`ContractMismatch` otherwise);
 - a delta whose fetch raises :class:`NotFound` or :class:`Malformed`, or that does not fit the
   model, is *excluded* (named in the tape), never fatal; anything else ``fetch`` raises (a
-  network error, a corrupt store) propagates;
+  network error, a corrupt store) propagates; :func:`merge_blobs` can also be told ids to leave
+  out whatever their blobs (a rollback's faulted miners, :mod:`.rollback`), named in the tape's
+  ``excluded`` alike;
 - :class:`Step` lists the objects to store: the previous OuterState blob (the tape names it),
   the new OuterState blob, the theta-only start state of round ``w + 1`` and the signed tape.
 
@@ -25,7 +27,7 @@ HTTP download), and the computing half (:func:`merge_blobs`) runs in the caller'
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
 from attrs import frozen
@@ -119,9 +121,12 @@ def merge_blobs(
     prev_blob: bytes | None,
     blobs: Sequence[tuple[str, bytes | None]],
     coord: Keypair,
+    *,
+    excluded: Collection[str] = (),
 ) -> Step:
     """The computing half of :func:`compute_step` (pure): ``prev_blob`` None is the genesis
-    state; a delta blob None (not found) or one that does not decode or fit is excluded."""
+    state; a delta blob None (not found) or one that does not decode or fit is excluded, and so
+    is every id in ``excluded`` without its blob being looked at (it needs none in ``blobs``)."""
     run_id, w = inputs.run_id, inputs.w
     if prev_blob is None:
         prev = genesis_state(inputs.manifest, inputs.theta_hash)
@@ -130,21 +135,24 @@ def merge_blobs(
         prev = unpack_outer(prev_blob)
     shapes = prev.shapes()
     deltas: dict[str, dict[str, F32Array]] = {}
-    excluded: list[str] = []
+    left_out = set(excluded)
+    dropped: list[str] = list(left_out)
     for hotkey, blob in blobs:
+        if hotkey in left_out:
+            continue
         if blob is None:
-            excluded.append(hotkey)
+            dropped.append(hotkey)
             continue
         try:
             delta = decode_payload(blob)
             validate_delta(hotkey, delta, shapes)
         except Malformed as e:
             log.warning("round %d: excluding %s: %s", w, hotkey, e)
-            excluded.append(hotkey)
+            dropped.append(hotkey)
             continue
         deltas[hotkey] = delta
     params = Params.from_outer(inputs.manifest.outer)
-    result = aggregate_round(prev, deltas, params, excluded=excluded)
+    result = aggregate_round(prev, deltas, params, excluded=dropped)
     out = result.state_out
     out_blob = pack_outer(out)
     theta_blob = pack_state(out.theta)
@@ -157,7 +165,7 @@ def merge_blobs(
         result,
         state_key(out_blob),
         dict(inputs.uploads),
-        excluded,
+        dropped,
     )
     signed = seal_tape(coord, body)
     return Step(
