@@ -45,6 +45,7 @@ PURE = (
     "hypertrain/trainer",
     "hypertrain/aggregator/merge.py",
     "hypertrain/aggregator/exact.py",
+    "hypertrain/aggregator/rollback.py",
     "hypertrain/auditor/errors.py",
     "hypertrain/auditor/job.py",
     "hypertrain/auditor/checks.py",
