@@ -46,6 +46,7 @@ from hypertrain.coordinator.tables.rounds import (
     round_states,
 )
 from hypertrain.coordinator.tables.runs import RunRow, get_run, list_runs, roster_rows
+from hypertrain.coordinator.tables.scoring import scoring_subject
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import NotFound
 from hypertrain.rounds.assignment import Assignment, assign
@@ -159,7 +160,7 @@ def round_facts(conn: sqlite3.Connection, run_id: str, w: int) -> RoundFacts:
         start_state=get_round_state(conn, run_id, w),
         aggregation=get_aggregation(conn, run_id, w),
         scores={
-            hotkey: job_scores(conn, {"run_id": run_id, "w": w, "hotkey": hotkey})
+            hotkey: job_scores(conn, scoring_subject(run_id, w, hotkey))
             for hotkey, row in details.items()
             if row.delta_hash is not None
         },
