@@ -27,6 +27,7 @@ from hypertrain.coordinator.flows.disputes import round_disputes
 from hypertrain.coordinator.flows.heldout import get_loss
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
 from hypertrain.coordinator.flows.rerun import reruns_of_round
+from hypertrain.coordinator.flows.softscores import scores_of_jobs
 from hypertrain.coordinator.flows.worker import is_ready
 from hypertrain.coordinator.tables.audits import (
     JobRow,
@@ -250,7 +251,11 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
     ``heldout_loss_after`` that of theta(w + 1), the merge result; each null until computed.
     Scoring (issue 8): ``scoring_jobs`` lists the round's delta-loss jobs (settled state, how,
     result) and each uploaded miner's ``scores`` gives ``{public|hidden: {job, state, how, ok,
-    loss, fingerprint}}``.
+    loss, fingerprint}}``. Each miner's ``soft_score_ppm`` (0..10^6, DESIGN.md section 9) is
+    the quality weight the ledger would record for it if the round were finalized now
+    (:func:`~hypertrain.coordinator.flows.softscores.round_soft_scores`): 0 without a settled
+    ok hidden-trace score. It may change, for every miner, until the round is finalized (a
+    hidden step settling late can move the round's best or worst loss).
 
     Audits (spec 9): ``selected`` is null before the draw, then the selected hotkeys; ``jobs``
     are the audit jobs ``{id, target, state, result, challenge, challenge_hash, serves: [{t,
@@ -266,6 +271,7 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
     agg = facts.aggregation
     deadlines = facts.round.deadlines
     state = facts.start_state
+    soft = scores_of_jobs([hotkey for hotkey, _, _ in facts.miners], facts.scores)
     return {
         "run_id": facts.run.run_id,
         "w": facts.round.w,
@@ -296,6 +302,7 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
                 "verdict": verdicts.get(hotkey),
                 "rerun": facts.reruns.get(hotkey),
                 "scores": _scores(facts.scores.get(hotkey, [])),
+                "soft_score_ppm": soft[hotkey],
             }
             for hotkey, slot, status in facts.miners
         ],
