@@ -27,6 +27,7 @@ from hypertrain.coordinator.flows.disputes import round_disputes
 from hypertrain.coordinator.flows.heldout import get_loss
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
 from hypertrain.coordinator.flows.rerun import reruns_of_round
+from hypertrain.coordinator.flows.softscores import scores_of_jobs
 from hypertrain.coordinator.flows.worker import is_ready
 from hypertrain.coordinator.tables.audits import (
     JobRow,
@@ -46,6 +47,7 @@ from hypertrain.coordinator.tables.rounds import (
     round_states,
 )
 from hypertrain.coordinator.tables.runs import RunRow, get_run, list_runs, roster_rows
+from hypertrain.coordinator.tables.scoring import scoring_subject
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import NotFound
 from hypertrain.rounds.assignment import Assignment, assign
@@ -159,7 +161,7 @@ def round_facts(conn: sqlite3.Connection, run_id: str, w: int) -> RoundFacts:
         start_state=get_round_state(conn, run_id, w),
         aggregation=get_aggregation(conn, run_id, w),
         scores={
-            hotkey: job_scores(conn, {"run_id": run_id, "w": w, "hotkey": hotkey})
+            hotkey: job_scores(conn, scoring_subject(run_id, w, hotkey))
             for hotkey, row in details.items()
             if row.delta_hash is not None
         },
@@ -249,7 +251,11 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
     ``heldout_loss_after`` that of theta(w + 1), the merge result; each null until computed.
     Scoring (issue 8): ``scoring_jobs`` lists the round's delta-loss jobs (settled state, how,
     result) and each uploaded miner's ``scores`` gives ``{public|hidden: {job, state, how, ok,
-    loss, fingerprint}}``.
+    loss, fingerprint}}``. Each miner's ``soft_score_ppm`` (0..10^6, DESIGN.md section 9) is
+    the quality weight the ledger would record for it if the round were finalized now
+    (:func:`~hypertrain.coordinator.flows.softscores.round_soft_scores`): 0 without a settled
+    ok hidden-trace score. It may change, for every miner, until the round is finalized (a
+    hidden step settling late can move the round's best or worst loss).
 
     Audits (spec 9): ``selected`` is null before the draw, then the selected hotkeys; ``jobs``
     are the audit jobs ``{id, target, state, result, challenge, challenge_hash, serves: [{t,
@@ -265,6 +271,7 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
     agg = facts.aggregation
     deadlines = facts.round.deadlines
     state = facts.start_state
+    soft = scores_of_jobs([hotkey for hotkey, _, _ in facts.miners], facts.scores)
     return {
         "run_id": facts.run.run_id,
         "w": facts.round.w,
@@ -295,6 +302,7 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
                 "verdict": verdicts.get(hotkey),
                 "rerun": facts.reruns.get(hotkey),
                 "scores": _scores(facts.scores.get(hotkey, [])),
+                "soft_score_ppm": soft[hotkey],
             }
             for hotkey, slot, status in facts.miners
         ],
