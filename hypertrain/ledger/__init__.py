@@ -7,8 +7,11 @@ Pure (no I/O): :mod:`.params` (constants, :class:`LedgerParams`, the epoch and r
 round rules), :mod:`.accounts` (how events move units; the invariant), :mod:`.payout` (one
 epoch's FIFO walk and the hotkey cap), :mod:`.answers` (the answer's bytes and reasons),
 :mod:`.state` (all of it, with lazy application of events), :mod:`.canonical` (the ledger's
-canonical JSON).
-The errors are drawn in :mod:`.errors`.
+canonical JSON), :mod:`.records` (the journal's record formats).
+
+File I/O: :mod:`.journal` (the hash chain read back, the single writer), :mod:`.replay`
+(state = pure replay; the read-only verifier) and :mod:`.ledger` (:class:`Ledger`, the
+facade: check, append + fsync, apply). The errors are drawn in :mod:`.errors`.
 """
 
 from hypertrain.ledger.accounts import ClawbackSplit, Entitlement, HotkeyAccount, Totals
@@ -36,6 +39,8 @@ from hypertrain.ledger.events import (
     VerdictEvent,
     VindicateEvent,
 )
+from hypertrain.ledger.journal import JOURNAL_DIR, JOURNAL_FILE, LOCK_FILE, journal_path
+from hypertrain.ledger.ledger import Ledger, LedgerStatistics
 from hypertrain.ledger.params import (
     F_MIN_PPM,
     FULL_SHARE_MASS,
@@ -43,11 +48,15 @@ from hypertrain.ledger.params import (
     UNIT,
     LedgerParams,
 )
+from hypertrain.ledger.replay import VerifyReport, read_journal, verify_journal
 from hypertrain.ledger.state import LedgerState
 
 __all__ = [
     "FULL_SHARE_MASS",
     "F_MIN_PPM",
+    "JOURNAL_DIR",
+    "JOURNAL_FILE",
+    "LOCK_FILE",
     "MAX_ENTRIES",
     "REASONS",
     "UNIT",
@@ -64,17 +73,23 @@ __all__ = [
     "JournalChanged",
     "JournalError",
     "JournalLocked",
+    "Ledger",
     "LedgerError",
     "LedgerInvariantError",
     "LedgerParams",
     "LedgerRefused",
     "LedgerState",
+    "LedgerStatistics",
     "ParamsMismatch",
     "Reason",
     "RebuildMismatch",
     "Totals",
     "Verdict",
     "VerdictEvent",
+    "VerifyReport",
     "VindicateEvent",
     "canonical_bytes",
+    "journal_path",
+    "read_journal",
+    "verify_journal",
 ]
