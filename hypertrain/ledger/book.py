@@ -50,6 +50,8 @@ class Book:
     """``run_id -> w`` of the run's last finalized round."""
     settled: dict[SliceKey, Settlement] = attrs.field(factory=dict)
     """NO_UPLOAD slices already vindicated or faulted."""
+    final_at: dict[RoundKey, int] = attrs.field(factory=dict)
+    """``(run_id, w) -> at`` of each finalize."""
 
     def is_finalized(self, run_id: str, w: int) -> bool:
         """Whether round ``w`` of ``run_id`` is finalized (rounds finalize in order)."""
@@ -106,6 +108,7 @@ class Book:
         elif isinstance(event, FinalizeEvent):
             self.rounds.setdefault((event.run_id, event.w), {})
             self.last_final[event.run_id] = event.w
+            self.final_at[(event.run_id, event.w)] = event.at
         elif isinstance(event, VindicateEvent):
             self.settled[(event.run_id, event.w, event.hotkey)] = "vindicated"
         elif isinstance(event, FaultEvent):

@@ -202,6 +202,10 @@ class Ledger:
     def is_finalized(self, run_id: str, w: int) -> bool:
         return self._state.book.is_finalized(run_id, w)
 
+    def finalized_at(self, run_id: str, w: int) -> int | None:
+        """The ``at`` of round ``w``'s finalize, or None while it is not finalized."""
+        return self._state.book.final_at.get((run_id, w))
+
     def has_commit(self, run_id: str, w: int, hotkey: str) -> bool:
         return self._state.book.has_commit(run_id, w, hotkey)
 

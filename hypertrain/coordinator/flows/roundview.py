@@ -38,6 +38,7 @@ from hypertrain.coordinator.tables.audits import (
     serves_of,
 )
 from hypertrain.coordinator.tables.disputes import disputes_of_round
+from hypertrain.coordinator.tables.finality import FinalRow, RollbackRow, get_final, get_rollback
 from hypertrain.coordinator.tables.miners import MinerRow, StateRow, get_round_state, miner_details
 from hypertrain.coordinator.tables.rounds import (
     RoundRow,
@@ -130,6 +131,10 @@ class RoundFacts:
     """The round's disputes (their views)."""
     reruns: dict[str, dict[str, Any]] = field(factory=dict)
     """Each MISMATCHed miner's rerun, by hotkey."""
+    final: FinalRow | None = None
+    """The round's Finalize record once final."""
+    rollback: RollbackRow | None = None
+    """The round's rollback (rounds w and w + 1 recomputed), if any."""
 
     @property
     def assignment_due(self) -> bool:
@@ -174,6 +179,8 @@ def round_facts(conn: sqlite3.Connection, run_id: str, w: int) -> RoundFacts:
         forfeits=forfeit_envelopes(conn, run_id, w),
         disputes=round_disputes(conn, disputes_of_round(conn, run_id, w)),
         reruns=reruns_of_round(conn, run_id, w),
+        final=get_final(conn, run_id, w),
+        rollback=get_rollback(conn, run_id, w),
     )
 
 
@@ -265,6 +272,9 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
     ``disputes`` are the round's dispute views (state, stage with level, interval, points and
     deadline, the referee's case, the outcome, every Bisect in order), and each miner's
     ``rerun`` ``{leaves_root, classification, epoch, rerun_round}`` once it reran (else null).
+    Finality (spec 7): ``finalize`` is null until the round is final, then :func:`final_json`;
+    ``rollback`` is null unless rounds w and w + 1 were recomputed without faulted miners, then
+    ``{envelope, excluded, old_tapes, new_tapes, recorded_round}``.
     """
     verdicts = {job.target: job.verdict_json() for job in facts.audits}
     chosen = set(facts.selected or ())
@@ -310,6 +320,30 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
         "scoring_jobs": [job.score_json() for jobs in facts.scores.values() for job in jobs],
         "forfeits": facts.forfeits,
         "disputes": facts.disputes,
-        "rollback": None,
-        "finalize": None,
+        "rollback": None if facts.rollback is None else facts.rollback.view_json(),
+        "finalize": None if facts.final is None else final_json(facts.final),
+    }
+
+
+def final_json(final: FinalRow) -> dict[str, Any]:
+    """The round view's ``finalize``: the Finalize envelope, each committed miner's ledger
+    entry ``{verdict, tokens, soft_score_ppm}`` by hotkey, and when it was final (``final_round``
+    D, ``at`` the ledger time, ``ledger_round``, the drand rounds ``vesting_round`` and
+    ``released_round`` where the round turns VESTING and RELEASED, ``ledger_synced``)."""
+    return {
+        "envelope": final.envelope_json(),
+        "entries": {
+            e.hotkey: {
+                "verdict": e.verdict.value,
+                "tokens": e.tokens,
+                "soft_score_ppm": e.soft_score_ppm,
+            }
+            for e in final.entries
+        },
+        "final_round": final.final_round,
+        "at": final.at,
+        "ledger_round": final.ledger_round,
+        "vesting_round": final.vesting_round,
+        "released_round": final.released_round,
+        "ledger_synced": final.ledger_synced,
     }
