@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -100,3 +101,23 @@ async def test_shutdown_sets_stopping_first_and_ends_well_within_the_grace(
             assert refused.status_code == 503
     assert trio.current_time() - asked < settings.grace
     assert not handle.supervisor.work_cancelled
+
+
+async def test_a_damaged_ledger_journal_or_other_ledger_settings_refuse_to_start(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    settings = _settings(tmp_path)
+    async with running_daemon(settings) as first:
+        journal = first.ctx.ledger.ledger.path  # type: ignore[union-attr]
+    # A second daemon on the same state dir while the first holds the journal: refused.
+    async with running_daemon(settings):
+        with pytest.raises(ConfigError, match=r"^ledger: .*lock"):
+            await serve_daemon(settings, wall=VirtualClock(EPOCH))
+    other = attrs.evolve(settings, coordinator=attrs.evolve(settings.coordinator, vest_rounds=3))
+    with pytest.raises(ConfigError, match=r"^ledger: .*vest_rounds"):
+        await serve_daemon(other, wall=VirtualClock(EPOCH))
+    data = bytearray(journal.read_bytes())
+    data[len(data) // 2] ^= 0x01  # inside the only record: not a torn tail
+    journal.write_bytes(bytes(data))
+    with pytest.raises(ConfigError, match=r"^ledger: .*offset 0"):
+        await serve_daemon(settings, wall=VirtualClock(EPOCH))
