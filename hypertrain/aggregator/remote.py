@@ -93,7 +93,9 @@ class RemoteConfig:
     coord: Keypair
     state_dir: Path
     max_poll: float = 30.0
-    """The longest sleep between two polls of D while waiting for ``d_upload``."""
+    """The longest sleep between two polls of D while waiting for ``d_upload`` or ``d_final``;
+    also how long a round held back by something else (audits, disputes) waits to be asked
+    about again."""
     idle_poll: float = 10.0
     """Seconds between polls of a paused run or one with no open round."""
     finalize: bool = True
