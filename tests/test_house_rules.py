@@ -43,6 +43,7 @@ PURE = (
     "hypertrain/rounds",
     "hypertrain/compute",
     "hypertrain/trainer",
+    "hypertrain/ledger",
     "hypertrain/aggregator/merge.py",
     "hypertrain/aggregator/exact.py",
     "hypertrain/aggregator/rollback.py",

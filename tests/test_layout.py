@@ -33,7 +33,14 @@ def test_top_level_layout() -> None:
 
 
 @pytest.mark.parametrize(
-    "package", ["nurseries", "nurseries.testing", "hypertrain.store", "hypertrain.protocol"]
+    "package",
+    [
+        "nurseries",
+        "nurseries.testing",
+        "hypertrain.store",
+        "hypertrain.protocol",
+        "hypertrain.ledger",
+    ],
 )
 def test_public_surface_resolves(package: str) -> None:
     module = importlib.import_module(package)

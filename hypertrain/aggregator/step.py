@@ -86,6 +86,8 @@ class Step:
     raise_q: tuple[str, ...] = ()
     """The copy screen's flagged miners (the tape's ``screens.raise_q``): audited at ``q = 1``
     in the round this step opens."""
+    inputs: tuple[str, ...] = ()
+    """The hotkeys whose deltas the tape merged (its ``inputs`` ids), sorted."""
 
 
 def genesis_state(manifest: RunManifest, theta_hash: str) -> OuterState:
@@ -181,4 +183,5 @@ def merge_blobs(
         update_norm=norm(result.g),
         clipped=len(result.preclipped),
         raise_q=body.screens.raise_q,
+        inputs=tuple(item.id for item in body.inputs),
     )

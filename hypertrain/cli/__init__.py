@@ -4,9 +4,9 @@ Each command group lives in its own module of this package exposing ``register(s
 which adds its parsers and sets ``handler`` (``(argparse.Namespace) -> int``) on each leaf
 command. To add a group, write the module and append it to :data:`GROUPS`.
 
-Exit status: 0 success, 1 the input data is invalid (a refused envelope or body, bad JSON),
-2 usage, configuration or key file errors; ``aggregate`` adds 3, the daemon unreachable. Every
-error is one line on stderr, never a traceback.
+Exit status: 0 success, 1 the input data is invalid (a refused envelope or body, bad JSON, a
+damaged ledger journal), 2 usage, configuration or key file errors; ``aggregate`` adds 3, the
+daemon unreachable. Every error is one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from hypertrain.cli import aggregate, beacon, datasets, envelope, jcs, keys, manifest
+from hypertrain.cli import aggregate, beacon, datasets, envelope, jcs, keys, ledger, manifest
 from hypertrain.cli.common import (
     EXIT_INVALID,
     EXIT_USAGE,
@@ -27,7 +27,16 @@ from hypertrain.protocol.errors import KeyfileError, ProtocolError
 
 __all__ = ["GROUPS", "build_parser", "main"]
 
-GROUPS: tuple[CliGroup, ...] = (keys, envelope, jcs, beacon, manifest, datasets, aggregate)
+GROUPS: tuple[CliGroup, ...] = (
+    keys,
+    envelope,
+    jcs,
+    beacon,
+    manifest,
+    datasets,
+    aggregate,
+    ledger,
+)
 """The command groups, in help order."""
 
 

@@ -43,6 +43,7 @@ from hypertrain.beacon import (
 )
 from hypertrain.coordinator.computehub import ComputeHub
 from hypertrain.coordinator.events import EventHub
+from hypertrain.coordinator.ledgerfeed import LedgerFeed
 from hypertrain.coordinator.metagraph import Metagraph, RosterOnly
 from hypertrain.coordinator.settings import CoordinatorSettings
 from hypertrain.coordinator.tokens import TokenFiles
@@ -86,6 +87,9 @@ class Coordinator:
     beacon_observers: list[BeaconObserver] = attrs.field(factory=list)
     metagraph: Metagraph = attrs.field(factory=RosterOnly)
     """Who may act as a miner beyond the roster (``CHALLENGE_MASTER_URL``'s metagraph)."""
+    ledger: LedgerFeed | None = None
+    """The ledger and its clock (:mod:`.ledgerfeed`); None when the composition root opened
+    none (``get_weights`` then answers 503)."""
     compute: ComputeHub = attrs.field()
     """The compute network's settings and wake-ups (:mod:`.computehub`)."""
     _key_cache: tuple[_FileKey, Keypair] | None = attrs.field(default=None, init=False)

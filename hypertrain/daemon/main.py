@@ -39,6 +39,8 @@ import trio
 
 from hypertrain.beacon import QUICKNET, ChainInfo, LocalChain, LocalChainError
 from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.ledgerclock import LedgerClock
+from hypertrain.coordinator.ledgerfeed import LedgerFeed
 from hypertrain.coordinator.metagraph import MasterMetagraph, Metagraph
 from hypertrain.coordinator.settings import CoordinatorSettings
 from hypertrain.coordinator.web.app import App, AppParts, create_app
@@ -46,6 +48,7 @@ from hypertrain.daemon.logs import configure_logging
 from hypertrain.daemon.services import SERVICES, DaemonParts, ServiceSpec
 from hypertrain.daemon.settings import ConfigError, DaemonSettings, load_settings
 from hypertrain.demo.main import main as demo_main
+from hypertrain.ledger import Ledger, LedgerError
 from hypertrain.protocol.errors import KeyfileError
 from hypertrain.store import ObjectStore, open_database
 from nurseries import (
@@ -117,6 +120,16 @@ async def _open_http_client(
         yield client
 
 
+def _open_ledger(config: CoordinatorSettings, chain: ChainInfo) -> tuple[Ledger, LedgerClock]:
+    """The ledger journal under the state dir (created on first use); a damaged, foreign or
+    locked journal is a ConfigError naming the problem (the daemon refuses to start)."""
+    clock = LedgerClock.of(config, chain)
+    try:
+        return Ledger.open(config.state_dir, clock.params), clock
+    except LedgerError as e:
+        raise ConfigError(f"ledger: {e}") from e
+
+
 def _metagraph(
     config: CoordinatorSettings, client: httpx.AsyncClient | None, wall: WallClock
 ) -> Metagraph | None:
@@ -183,6 +196,9 @@ async def serve_daemon(
             wall=wall,
             metagraph=_metagraph(config, client, wall),
         )
+        ledger, ledger_clock = _open_ledger(config, chain_info)
+        stack.callback(ledger.close)
+        ctx.ledger = LedgerFeed(ledger, ledger_clock)
         app_parts = AppParts.build(ctx, run_sync=offload_for(wall))
         ctx.beacon_observers.extend(app_parts.beacon_observers())
         app = create_app(ctx, app_parts)

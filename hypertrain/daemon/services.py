@@ -133,7 +133,9 @@ def aggregator_service(parts: DaemonParts) -> ServiceFn | None:
     ``aggregator`` setting ``internal`` (``external``: ``hypertrain aggregate`` merges)."""
     if parts.settings.coordinator.coord_key_file is None or parts.settings.aggregator != "internal":
         return None
-    return AggregatorService(parts.ctx, run_sync=offload_for(parts.wall)).run
+    return AggregatorService(
+        parts.ctx, run_sync=offload_for(parts.wall), finality=parts.app.finality
+    ).run
 
 
 def heldout_service(parts: DaemonParts) -> ServiceFn | None:

@@ -36,8 +36,15 @@ rounds the demo waits (:data:`DISPUTE_SECONDS`) until every dispute of the drill
 resolved and prints one line per dispute. The drill's fault verdicts do not count as honest
 miners flagged; the demo is ok only if the drill lost every dispute at exactly its op.
 
-Exit status: 0 when ``N`` rounds were applied and the held-out loss of the last merged theta is
-below that of theta(0); 1 otherwise, with the reason (and the tail of the failing child's log);
+With auditors, once the rounds are done the demo waits (:data:`PAYOUT_SECONDS`) until round 0
+is RELEASED (final, and its escrow vested: the demo's ledger settings are short,
+:mod:`hypertrain.demo.workspace`), asks ``GET /internal/v1/get_weights`` for the current chain
+epoch as the Cortex master would, and prints the answer's weights and the ledger's totals.
+
+Exit status: 0 when ``N`` rounds were applied, the held-out loss of the last merged theta is
+below that of theta(0) and (with auditors) the audits and the payout went as promised (every
+honest miner paid, no caught cheater paid, the ledger balanced); 1 otherwise, with the reason
+(and the tail of the failing child's log);
 2 a usage error; 130 interrupted (Ctrl-C). The children are stopped in every case.
 """
 
@@ -64,12 +71,14 @@ from hypertrain.demo.table import (
     HEADER,
     AuditTotals,
     DrillResult,
+    Payout,
     RoundRow,
     Table,
     summary_lines,
     verdict,
 )
 from hypertrain.demo.workspace import (
+    EPOCH_SECONDS,
     MinerHome,
     Workspace,
     build_dataset,
@@ -115,6 +124,12 @@ window, then the fallback's own worker (killed after ``kill_after_ms``)."""
 DISPUTE_SECONDS: Final = 240.0
 """Bound, after the rounds, for the drill miner's disputes to be resolved (three levels of
 bisection, each a poll of both parties, then the referee's replay)."""
+PAYOUT_SECONDS: Final = 120.0
+"""Bound, after the rounds, for round 0 to be RELEASED: final once its audits and the caught
+cheaters' dispute window allow, then :data:`~hypertrain.demo.workspace.VEST_ROUNDS` ledger
+rounds of :data:`~hypertrain.demo.workspace.EPOCH_SECONDS` (it usually is already)."""
+SLUG: Final = "hypertrain"
+"""The daemon's challenge slug (its default): ``get_weights`` needs it in a header."""
 DRILL_NAME: Final = "drill-0"
 AUDITOR_POLL_SECONDS: Final = 1.0
 """The demo's auditors ask for work and look at their disputes every second."""
@@ -254,6 +269,11 @@ class _Network:
     reveal: dict[str, Any]
     drill: tuple[str, str] | None = None
     """The drill miner's hotkey and the op spec it trains wrong (``--dispute``)."""
+    names: dict[str, str] = attrs.field(factory=dict)
+    """hotkey -> the demo's name for it (``miner-0``, ``honeypot-0-fabricate``, ...)."""
+    honest: tuple[str, ...] = ()
+    """The honest miners' hotkeys."""
+    chain: ChainInfo | None = None
 
 
 def _auditor_argv(url: str, run_id: str, ws: Workspace, home: MinerHome) -> list[str]:
@@ -377,7 +397,11 @@ async def _launch(
             lambda s: s.endswith("round 0: waiting"), STARTUP_SECONDS, stream="stderr"
         )
     await api.call("PUT", f"{base}/paused", {"paused": False})
-    return _Network(run_id, miners, honeypots, reveal, drill)
+    names = {home.key.ss58: home.name for home in homes} | {h.key.ss58: h.name for h, _ in pots}
+    if drill_home is not None:
+        names[drill_home.key.ss58] = drill_home.name
+    honest = tuple(home.key.ss58 for home in homes)
+    return _Network(run_id, miners, honeypots, reveal, drill, names, honest, chain)
 
 
 def _check_children(daemon: Child, miners: Sequence[Child]) -> None:
@@ -460,6 +484,28 @@ async def _drill_outcome(
         await trio.sleep(POLL_SECONDS)
 
 
+async def _payout(client: httpx.AsyncClient, ws: Workspace, net: _Network, say: Say) -> Payout:
+    """Wait until round 0 is RELEASED (its escrow vested; the caller bounds the wait), then ask
+    ``get_weights`` for the current chain epoch (the Cortex master's call) and say it."""
+    while True:
+        run = (await client.get(f"/v1/runs/{net.run_id}")).json()
+        states = {int(r["w"]): r["state"] for r in run.get("rounds", [])}
+        if states.get(0) == "RELEASED":
+            break
+        await trio.sleep(POLL_SECONDS)
+    assert net.chain is not None
+    latest = int((await client.get("/v1/beacon/latest")).json()["round"])
+    genesis = net.chain.genesis_ms // 1000
+    epoch = (int(net.chain.time_of(latest)) - genesis) // EPOCH_SECONDS
+    headers = {"Authorization": f"Bearer {ws.internal_token}", "X-Platform-Challenge-Slug": SLUG}
+    r = await client.get("/internal/v1/get_weights", params={"epoch": epoch}, headers=headers)
+    if r.status_code != 200:
+        raise DemoFailed(f"get_weights answered {r.status_code}: {r.text[:300]}")
+    say(f"demo: round 0 RELEASED; get_weights epoch {epoch}: {r.text}")
+    cheaters = tuple(h for h in net.names if h not in net.honest)
+    return Payout(r.json(), net.honest, cheaters)
+
+
 async def run_demo(options: DemoOptions, say: Say = _say) -> int:
     """The demo (module doc); returns the exit status."""
     started = trio.current_time()
@@ -483,6 +529,10 @@ async def run_demo(options: DemoOptions, say: Say = _say) -> int:
                         drill = await _drill_outcome(client, net.run_id, net.drill, say)
                     if drill is None:
                         drill = DrillResult(net.drill[1], ())
+                payout = None
+                if options.auditors or options.dispute:
+                    with trio.move_on_after(PAYOUT_SECONDS):
+                        payout = await _payout(client, ws, net, say)
                 audits = None
                 if options.auditors or options.dispute:
                     await api.call(
@@ -493,9 +543,12 @@ async def run_demo(options: DemoOptions, say: Say = _say) -> int:
             for miner in net.miners + net.honeypots:
                 await miner.wait(STOP_GRACE)
             await daemon.stop(STOP_GRACE)
-        result = verdict(rows, options.rounds, initial, audits, drill)
+        result = verdict(rows, options.rounds, initial, audits, drill, payout)
         for line in summary_lines(rows, options.rounds, initial, trio.current_time() - started):
             say(line)
+        if payout is not None:
+            for line in payout.lines(net.names):
+                say(line)
         if audits is not None:
             say(audits.line())
         say(f"demo: {'ok' if result.ok else 'FAILED'}: {result.reason}")

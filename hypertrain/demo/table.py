@@ -219,6 +219,50 @@ class DrillResult:
 
 
 @attrs.frozen
+class Payout:
+    """The ``get_weights`` answer the demo asked for once round 0 was RELEASED, and who must
+    (``honest``) and must not (``cheaters``: honeypots, the drill miner) be in it."""
+
+    answer: dict[str, Any]
+    honest: tuple[str, ...]
+    cheaters: tuple[str, ...]
+
+    def failure(self) -> str | None:
+        """Why the payout is not what the ledger promises (None: it is)."""
+        weights = self.answer.get("weights", {})
+        meta = self.answer.get("metadata", {})
+        unpaid = [h for h in self.honest if weights.get(h, 0) <= 0]
+        if unpaid:
+            return f"{len(unpaid)} honest miner(s) not paid by get_weights epoch {self.epoch}"
+        paid = [h for h in self.cheaters if h in weights]
+        if paid:
+            return f"get_weights epoch {self.epoch} paid {len(paid)} caught cheater(s)"
+        spent = meta.get("ledger_burned", 0) + meta.get("ledger_paid", 0)
+        if meta.get("ledger_minted") != spent + meta.get("ledger_pending", 0):
+            return f"the ledger does not balance: {meta}"
+        return None
+
+    @property
+    def epoch(self) -> int:
+        return int(self.answer.get("epoch", -1))
+
+    def lines(self, names: dict[str, str]) -> list[str]:
+        """The summary's payout lines (``names``: hotkey -> the demo's name for it)."""
+        meta = self.answer.get("metadata", {})
+        weights = self.answer.get("weights", {})
+        paid = ", ".join(
+            f"{names.get(h, h[:8])} {int(units):,}" for h, units in sorted(weights.items())
+        )
+        return [
+            f"summary: get_weights epoch {self.epoch} ({meta.get('reason')}): {paid or 'nobody'}"
+            f"; {len(self.cheaters)} caught cheater(s) paid nothing",
+            f"summary: ledger minted {meta.get('ledger_minted', 0):,} = burned"
+            f" {meta.get('ledger_burned', 0):,} + paid {meta.get('ledger_paid', 0):,} + pending"
+            f" {meta.get('ledger_pending', 0):,} units",
+        ]
+
+
+@attrs.frozen
 class Verdict:
     """Whether the demo did what it promises (exit 0), and why not."""
 
@@ -232,12 +276,14 @@ def verdict(
     initial_loss: float | None,
     audits: AuditTotals | None = None,
     drill: DrillResult | None = None,
+    payout: Payout | None = None,
 ) -> Verdict:
     """OK when ``rounds`` rounds were merged, the held-out loss of the last merge's weights is
     below the loss of theta(0), (with ``audits``) every audited bad honeypot was caught and no
     honest miner or honeypot was flagged (the drill miner's fault verdicts, one per dispute,
-    are not honest miners flagged), and (with ``drill``) the drill miner lost every dispute
-    at its op; otherwise the first reason it is not."""
+    are not honest miners flagged), (with ``drill``) the drill miner lost every dispute at its
+    op, and (with audits) one ``get_weights`` answer paid every honest miner and no caught
+    cheater; otherwise the first reason it is not."""
     merged = [row for row in rows if row.merged]
     if len(merged) < rounds:
         return Verdict(False, f"only {len(merged)} of {rounds} rounds were applied")
@@ -259,16 +305,19 @@ def verdict(
         failure = drill.failure()
         if failure is not None:
             return Verdict(False, failure)
-        return Verdict(
-            True,
-            f"{rounds} rounds applied, the held-out loss fell, every bad honeypot audited was"
-            f" caught, no honest miner was flagged and the drill miner lost its {drilled}"
-            f" dispute(s) at {drill.spec}",
-        )
+    if payout is None:
+        return Verdict(False, "round 0 was not RELEASED in time: nothing was paid")
+    failure = payout.failure()
+    if failure is not None:
+        return Verdict(False, failure)
+    drilled_part = (
+        "" if drill is None else f", the drill miner lost its {drilled} dispute(s) at {drill.spec}"
+    )
     return Verdict(
         True,
-        f"{rounds} rounds applied, the held-out loss fell, every bad honeypot audited was caught"
-        " and no honest miner was flagged",
+        f"{rounds} rounds applied, the held-out loss fell, every bad honeypot audited was caught,"
+        f" no honest miner was flagged{drilled_part}, and get_weights paid every honest miner"
+        " and no cheater",
     )
 
 

@@ -11,7 +11,10 @@ Layout of a demo directory (a fresh temporary one, or ``--keep DIR``)::
 :func:`create_workspace` makes the directories and every secret; :func:`build_dataset` builds
 the dataset; :func:`demo_manifest` is the CPU test-mode manifest of ``hypertrain manifest
 example`` over that dataset and the daemon's chain, with a short upload window so that a round
-takes seconds (:data:`UPLOAD_AFTER_COMMIT`).
+takes seconds (:data:`UPLOAD_AFTER_COMMIT`), and ledger settings short enough that escrow vests
+within the demo: epochs of :data:`EPOCH_SECONDS`, vesting after :data:`VEST_ROUNDS` ledger
+rounds (so ``q_base`` :data:`Q_BASE`: ``E_vest_rounds >= ceil(1/q_base)``), the daemon's
+settings and the manifest's agreeing.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import attrs
 from hypertrain.beacon.chain import ChainInfo
 from hypertrain.datasets import BuildOptions, DatasetManifest, build
 from hypertrain.datasets.sources import stdlib_sources
+from hypertrain.protocol.f32 import f32_hex
 from hypertrain.protocol.keys import Keypair, write_seed_file
 from hypertrain.protocol.manifest import Beacon, RunManifest
 from hypertrain.protocol.testmode import build_test_mode_manifest
@@ -33,8 +37,11 @@ from hypertrain.trainer.params import init_state_hash
 
 __all__ = [
     "DATASET_BYTES",
+    "EPOCH_SECONDS",
+    "Q_BASE",
     "TOKEN_NAMES",
     "UPLOAD_AFTER_COMMIT",
+    "VEST_ROUNDS",
     "MinerHome",
     "Workspace",
     "build_dataset",
@@ -46,6 +53,12 @@ TOKEN_NAMES: Final = ("internal", "admin", "worker")
 DATASET_BYTES: Final = 1 << 20
 """Source bytes of the demo dataset (about 14k samples of 64 tokens; builds in about a second)."""
 UPLOAD_AFTER_COMMIT: Final = 4
+EPOCH_SECONDS: Final = 5
+"""The demo ledger's chain epoch (``HYPERTRAIN_EPOCH_SECONDS``; production: 4320)."""
+VEST_ROUNDS: Final = 2
+"""Ledger rounds from finality to payable (``HYPERTRAIN_VEST_ROUNDS`` = ``E_vest_rounds``)."""
+Q_BASE: Final = 0.5
+"""The demo's base audit rate: the smallest with ``ceil(1 / q_base) <= VEST_ROUNDS``."""
 """``verify.T.upload_after_commit`` of the demo manifest, in drand rounds (test mode: 45)."""
 
 
@@ -110,7 +123,14 @@ class Workspace:
             "HYPERTRAIN_COORD_KEY_FILE": str(self.secrets / "coord.key"),
             "HYPERTRAIN_OWNER_HOTKEY": self.owner.ss58,
             "HYPERTRAIN_HOLDOUT_DIR": str(self.dataset),
+            "HYPERTRAIN_EPOCH_SECONDS": str(EPOCH_SECONDS),
+            "HYPERTRAIN_VEST_ROUNDS": str(VEST_ROUNDS),
         }
+
+    @property
+    def internal_token(self) -> str:
+        """The internal token (``get_weights``)."""
+        return (self.secrets / "internal_token").read_text().strip()
 
     def add_auditor(self, index: int) -> MinerHome:
         """Create auditor ``index``'s home: a fresh key (its data cache lives there too)."""
@@ -192,9 +212,12 @@ def demo_manifest(
         coord_pubkey=workspace.coord.ss58, beacon=beacon, dataset=dataset.dataset_spec()
     )
     timeouts = attrs.evolve(manifest.verify.T, upload_after_commit=UPLOAD_AFTER_COMMIT)
+    verify = attrs.evolve(
+        manifest.verify, T=timeouts, q_base=f32_hex(Q_BASE), E_vest_rounds=VEST_ROUNDS
+    )
     return attrs.evolve(
         manifest,
-        verify=attrs.evolve(manifest.verify, T=timeouts),
+        verify=verify,
         init_state_hash=init_state_hash(manifest.model),
         auditors=tuple(auditors),
     )

@@ -14,6 +14,7 @@ import hashlib
 import io
 import json
 import sqlite3
+import types
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -215,6 +216,7 @@ async def test_the_remote_aggregator_merges_two_rounds_byte_for_byte_as_the_daem
             theta_hash=step.theta_hash,
             update_norm=step.update_norm,
             clipped=step.clipped,
+            inputs=step.inputs,
         )
         assert views[w]["tape_key"] == step.tape_key
         assert views[w]["update_norm"] == step.update_norm
@@ -405,7 +407,8 @@ def test_the_aggregator_setting(tmp_path: Path) -> None:
 
 def test_the_aggregator_service_is_off_when_external(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
-    parts = DaemonParts(settings, None, None, None, None, None)  # type: ignore[arg-type]
+    app = types.SimpleNamespace(finality=None)  # what the factory reads of the app parts
+    parts = DaemonParts(settings, None, None, None, None, app)  # type: ignore[arg-type]
     external = attrs.evolve(parts, settings=attrs.evolve(settings, aggregator="external"))
     assert aggregator_service(parts) is not None
     assert aggregator_service(external) is None

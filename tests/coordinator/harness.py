@@ -19,7 +19,10 @@ from quart_trio import QuartTrio
 
 from hypertrain.beacon import BeaconRound, LocalChain
 from hypertrain.coordinator import Coordinator, CoordinatorSettings
+from hypertrain.coordinator.ledgerclock import LedgerClock
+from hypertrain.coordinator.ledgerfeed import LedgerFeed
 from hypertrain.coordinator.web.app import AppParts, create_app
+from hypertrain.ledger import Ledger
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.keys import write_seed_file
 from hypertrain.store import ObjectStore, open_database
@@ -124,10 +127,14 @@ async def open_harness(
             chain=chain.info,
             wall=wall,
         )
+        clock = LedgerClock.of(config, chain.info)
+        ledger = Ledger.open(config.state_dir, clock.params)
+        ctx.ledger = LedgerFeed(ledger, clock)
         parts = AppParts.build(ctx)
         ctx.beacon_observers.extend(parts.beacon_observers())
         app = create_app(ctx, parts)
         if extra_routes is not None:
             extra_routes(app, ctx)
-        async with open_mounted_client({API: app}, base_url=API) as client:
-            yield Harness(ctx, client, chain, secrets, wall)
+        with ledger:
+            async with open_mounted_client({API: app}, base_url=API) as client:
+                yield Harness(ctx, client, chain, secrets, wall)

@@ -150,7 +150,7 @@ def _setup(conn: sqlite3.Connection) -> None:
     for w in (0, 1):
         for run_id in (RUN, OTHER):
             conn.execute(
-                "INSERT INTO aggregations VALUES (?, ?, 'tape', 'out', ?, ?, 1.0, 0, 9)",
+                "INSERT INTO aggregations VALUES (?, ?, 'tape', 'out', ?, ?, 1.0, 0, 9, '[]')",
                 (run_id, w, f"{w + 1:064x}", f"th{w + 1}"),
             )
 

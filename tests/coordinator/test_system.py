@@ -22,7 +22,7 @@ async def test_version_is_exactly_the_contract(tmp_path: Path) -> None:
             "slug": "hypertrain",
             "version": "0.1.0",
             "contract": 1,
-            "capabilities": ["proxy_routes"],
+            "capabilities": ["get_weights", "proxy_routes"],
         }
 
 
@@ -40,7 +40,22 @@ async def test_health_is_ok_with_everything_in_place_and_writes_the_db(
     # Virtual time: on the real clock a second could tick between the write and the check.
     async with open_harness(tmp_path) as h:
         response = await h.client.get("/health")
-        assert (response.status_code, response.json()) == (200, {"ok": True})
+        assert response.status_code == 200
+        body = response.json()
+        assert body["ok"] is True
+        assert body["ledger"] == {
+            "records": 1,  # the init record of a fresh journal
+            "queued_events": 0,
+            "answers": 0,
+            "minted": 0,
+            "burned": 0,
+            "paid": 0,
+            "pending": 0,
+            "debt": 0,
+            "last_event_at": None,
+            "last_epoch": None,
+            "last_epoch_at": None,
+        }
         written = await h.ctx.db.read(get_meta, "health_checked_at")
         assert written == str(int(h.wall.now()))
 

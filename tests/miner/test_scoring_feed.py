@@ -5,7 +5,8 @@ Checked: two jobs per uploaded miner (public and hidden), their inputs (the mani
 section, round 0's genesis start state, the miner's delta, the traces: the first
 ``trace_samples`` rows of the first train shard and of the holdout), the hidden trace is a
 private object (404 on ``/v1/objects`` to anyone but the admin), every step is settled by the
-fallback at the end of its window with a loss, and the round view shows each miner's scores.
+fallback at the end of its window with a loss, and the round view shows each miner's scores
+and its soft score (the ledger's read of the same book, from the hidden losses).
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ import numpy as np
 import trio
 import trio.testing
 
+from hypertrain.coordinator.flows.softscores import round_soft_scores
 from hypertrain.datasets.manifest import DatasetManifest, load_record
 from hypertrain.datasets.reader import Dataset
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.f32 import f32_from_hex
 from hypertrain.protocol.jcs import canonical_json
 from hypertrain.protocol.manifest import RunManifest
+from hypertrain.rounds.softscore import soft_scores
 from hypertrain.trainer.params import init_params
 from hypertrain.trainer.state import pack_state
 from tests.coordinator.harness import WORKER_TOKEN, admin_headers
@@ -76,6 +79,8 @@ async def test_uploaded_deltas_are_scored_by_the_fallback_when_no_node_is_online
                     break
                 await trio.sleep(1.0)
         view = (await client.get(f"/v1/runs/{run_id}/rounds/0")).json()
+        hotkeys = [m["hotkey"] for m in view["miners"]]
+        ledger_reads = await handle.ctx.db.read(round_soft_scores, run_id, 0, hotkeys)
         objects = handle.ctx.objects
         read = {
             sha: objects.path_of(sha).read_bytes() for j in jobs for sha in j["inputs"].values()
@@ -122,3 +127,11 @@ async def test_uploaded_deltas_are_scored_by_the_fallback_when_no_node_is_online
         assert {s["how"] for s in scores.values()} == {"fallback"}
         assert all(len(s["loss"]) == 8 for s in scores.values())
     assert len(view["scoring_jobs"]) == 6
+    hidden = {
+        j["subject"]["hotkey"]: j["result"]["objective"] for j in jobs if j["step"] == "hidden"
+    }
+    soft = {m["hotkey"]: m["soft_score_ppm"] for m in view["miners"]}
+    assert soft == ledger_reads == soft_scores(hidden)
+    low, mid, high = sorted(soft.values())  # three distinct losses: worst 0, best 10^6
+    assert (low, high) == (0, 1_000_000)
+    assert 0 < mid < 1_000_000

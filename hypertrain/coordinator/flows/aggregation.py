@@ -23,7 +23,9 @@ The step runs in three parts, so that a daemon stopped anywhere finishes it exac
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections.abc import Callable
 
 import attrs
 from attrs import frozen
@@ -102,16 +104,24 @@ class AggregationRow:
     theta_hash: str
     update_norm: float
     clipped: int
+    inputs: tuple[str, ...] | None
+    """The hotkeys the applied tape merged, sorted; None for a row from before migration 0014."""
 
 
 def get_aggregation(conn: sqlite3.Connection, run_id: str, w: int) -> AggregationRow | None:
     """The daemon's aggregation of round ``w``, or None."""
     row = conn.execute(
-        "SELECT tape_key, out_state, theta_start_sha256, theta_hash, update_norm, clipped"
-        " FROM aggregations WHERE run_id = ? AND w = ?",
+        "SELECT tape_key, out_state, theta_start_sha256, theta_hash, update_norm, clipped,"
+        " inputs FROM aggregations WHERE run_id = ? AND w = ?",
         (run_id, w),
     ).fetchone()
-    return None if row is None else AggregationRow(*row)
+    if row is None:
+        return None
+    inputs = None if row[6] is None else tuple(json.loads(row[6]))
+    tape_key, out_state, theta_start, theta_hash, update_norm, clipped = row[:6]
+    return AggregationRow(
+        tape_key, out_state, theta_start, theta_hash, update_norm, clipped, inputs
+    )
 
 
 def insert_aggregation(
@@ -120,8 +130,20 @@ def insert_aggregation(
     """Write round ``w``'s ``aggregations`` row (the daemon's merge or a recorded tape)."""
     conn.execute(
         "INSERT INTO aggregations (run_id, w, tape_key, out_state, theta_start_sha256,"
-        " theta_hash, update_norm, clipped, applied_round) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (run_id, w, *attrs.astuple(row), applied_round),
+        " theta_hash, update_norm, clipped, inputs, applied_round)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            run_id,
+            w,
+            row.tape_key,
+            row.out_state,
+            row.theta_start_sha256,
+            row.theta_hash,
+            row.update_norm,
+            row.clipped,
+            None if row.inputs is None else json.dumps(list(row.inputs)),
+            applied_round,
+        ),
     )
 
 
@@ -153,11 +175,13 @@ def commit_step(
     coord: Keypair,
     open_next: bool,
     now: int,
+    rewrite: Callable[[sqlite3.Connection], Step] | None = None,
 ) -> RoundRow | None:
     """Record the step and, with ``open_next`` (False for a run's last round), open round
     ``w + 1`` (module doc, part 3). Returns the opened round; None when nothing was opened.
     A step already recorded is a no-op. ``now`` (unix seconds) dates the stored objects in the
-    catalog."""
+    catalog. ``rewrite`` (a rollback, :mod:`.rollback`) runs after the round's row is inserted
+    and returns the step whose state round ``w + 1`` opens from instead."""
     run_id, w = step.run_id, step.w
     if get_aggregation(conn, run_id, w) is not None or get_round_row(conn, run_id, w + 1):
         return None
@@ -183,22 +207,24 @@ def commit_step(
             step.theta_hash,
             step.update_norm,
             step.clipped,
+            step.inputs,
         ),
         d,
     )
+    opener = step if rewrite is None else rewrite(conn)
     if not open_next:
         return None
     plan = plan_round(
-        conn, run, active_roster(conn, run_id), w + 1, max(d, d_upload), frozenset(step.raise_q)
+        conn, run, active_roster(conn, run_id), w + 1, max(d, d_upload), frozenset(opener.raise_q)
     )
     body = plan.body(
-        prev_final_hash=step.theta_hash,
-        theta_hash=step.theta_hash,
-        outer_state_hash=step.outer_state_hash,
-        center_hash=step.center_hash,
+        prev_final_hash=opener.theta_hash,
+        theta_hash=opener.theta_hash,
+        outer_state_hash=opener.outer_state_hash,
+        center_hash=opener.center_hash,
     )
     opened = store_round_open(conn, plan, seal_round_open(coord, run_id, body), body, now=d)
-    insert_round_state(conn, run_id, w + 1, StateRow(step.theta_start_sha256, None), d)
+    insert_round_state(conn, run_id, w + 1, StateRow(opener.theta_start_sha256, None), d)
     return opened
 
 

@@ -1,6 +1,7 @@
 """An external aggregator's reads and round opening (:mod:`hypertrain.coordinator.web.aggregator`).
 
-- :func:`inputs_view`: everything an aggregator needs to merge round ``w`` (one read);
+- :func:`inputs_view`: everything an aggregator needs to merge round ``w`` (one read), and to
+  finalise it (:func:`finalize_template`);
 - :func:`apply_aggregate`: check a posted RoundOpen(w + 1) against the server's template and
   open it (one write); the status table is the route module's docstring.
 """
@@ -12,8 +13,10 @@ from typing import Any
 
 from hypertrain.beacon.ingest import latest_round
 from hypertrain.coordinator.flows.aggregation import audits_settled
+from hypertrain.coordinator.flows.finalize import plan_finalize
 from hypertrain.coordinator.flows.roundopen import TEMPLATE_FIELDS, plan_round, store_round_open
 from hypertrain.coordinator.flows.roundview import round_facts
+from hypertrain.coordinator.tables.finality import get_final
 from hypertrain.coordinator.tables.rounds import RoundRow, get_round_row
 from hypertrain.coordinator.tables.runs import active_roster, get_run, next_round_w
 from hypertrain.protocol.converter import unstructure
@@ -49,8 +52,26 @@ def inputs_view(
         "base": facts.round.base,
         "miners": miners,
         "selected": facts.selected,
-        "rollback": None,
+        "rollback": None if facts.rollback is None else facts.rollback.view_json(),
         "next_round_template": template,
+        **finalize_template(conn, run_id, w),
+    }
+
+
+def finalize_template(conn: sqlite3.Connection, run_id: str, w: int) -> dict[str, Any]:
+    """``finalize_template``: the Finalize body the server would accept for round ``w`` now
+    (null when it is final or not finalisable yet) and ``finalize_blocked``: why not (null
+    when it can be final now or already is), and ``final``: whether it is final."""
+    if get_final(conn, run_id, w) is not None:
+        return {"final": True, "finalize_template": None, "finalize_blocked": None}
+    try:
+        plan = plan_finalize(conn, run_id, w)
+    except Conflict as e:
+        return {"final": False, "finalize_template": None, "finalize_blocked": e.detail}
+    return {
+        "final": False,
+        "finalize_template": unstructure(plan.body()),
+        "finalize_blocked": None,
     }
 
 

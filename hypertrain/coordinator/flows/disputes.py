@@ -59,6 +59,7 @@ from hypertrain.coordinator.tables.disputes import (
     overdue_disputes,
     update_dispute,
 )
+from hypertrain.coordinator.tables.finality import PostFinal, get_final, queue_outcome
 from hypertrain.coordinator.tables.miners import (
     get_leaves,
     get_miner,
@@ -282,6 +283,8 @@ def post_dispute(conn: sqlite3.Connection, run_id: str, raw: object) -> tuple[Ev
     assert miner is not None
     if miner.status != verdict.result:
         raise Conflict(f"{dispute.hotkey} is {miner.status} in round {job.w}, not {verdict.result}")
+    if get_final(conn, run_id, job.w) is not None:
+        raise Conflict(f"round {job.w} is final: its verdicts stand")
     manifest = _manifest(conn, run_id)
     stage: Stage | None = None
     case: RefereeCase | None = None
@@ -494,6 +497,12 @@ def _conclude(
         "DELETE FROM forfeits WHERE run_id = ? AND w = ? AND hotkey = ?",
         (row.run_id, row.w, row.hotkey),
     )
+    final = get_final(conn, row.run_id, row.w)
+    if final is not None and final.verdict_of(row.hotkey) == "NO_UPLOAD":
+        # Final while the dispute was open: the miner's verdict was NO_UPLOAD (its slice
+        # forgone); the ledger now vindicates it or faults it (spec 8).
+        action: PostFinal = "vindicate" if loser == "auditor" else "fault"
+        queue_outcome(conn, row.run_id, row.w, row.hotkey, action, d)
     if loser == "auditor":
         set_verdict_status(conn, row.run_id, row.w, row.hotkey, "MATCH")
         lift_blacklist_unless_faulted(conn, row.run_id, row.hotkey)

@@ -3,8 +3,9 @@
 ``POST /v1/runs/{id}/rerun`` ``{w, hotkey, leaves_root, sig}``: ``sig`` is the hotkey's
 signature over :func:`~hypertrain.protocol.hashes.rerun_claim_bytes` (401 otherwise). The miner
 must be in round ``w``'s roster (404 otherwise; a blacklisted miner may rerun: that is the
-point), its status there MISMATCH, and it reruns a round once (409 otherwise). Finality does not
-exist yet, so "before finality" holds for every round.
+point), its status there MISMATCH, it reruns a round once, and only before the round is final
+(409 otherwise; a MISMATCH holds finality back for ``T.dispute_per_level`` rounds after its
+verdict, :mod:`hypertrain.rounds.finality`).
 
 What the miner reruns and what the root covers, so that TRANSIENT is reachable in both modes
 (:func:`compared_leaves`): exactly what the auditor recomputed. In full mode the miner reruns
@@ -38,6 +39,7 @@ from hypertrain.beacon.ingest import latest_round
 from hypertrain.coordinator.flows.auditstats import EpochClock
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
 from hypertrain.coordinator.tables.audits import jobs_of_round
+from hypertrain.coordinator.tables.finality import get_final
 from hypertrain.coordinator.tables.miners import (
     get_leaves,
     get_miner,
@@ -136,6 +138,8 @@ def post_rerun(
     ).fetchone()
     if done is not None:
         raise Conflict(f"{req.hotkey} already reran round {req.w} ({done[0]})")
+    if get_final(conn, run_id, req.w) is not None:
+        raise Conflict(f"round {req.w} is final: its verdicts stand")
     (job,) = [j for j in jobs_of_round(conn, run_id, req.w) if j.target == req.hotkey]
     verdict = structure(ReplayVerdict, (job.verdict_json() or {})["body"])
     challenge = structure(AuditChallenge, job.challenge_json()["body"])

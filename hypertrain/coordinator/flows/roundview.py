@@ -27,6 +27,7 @@ from hypertrain.coordinator.flows.disputes import round_disputes
 from hypertrain.coordinator.flows.heldout import get_loss
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
 from hypertrain.coordinator.flows.rerun import reruns_of_round
+from hypertrain.coordinator.flows.softscores import scores_of_jobs
 from hypertrain.coordinator.flows.worker import is_ready
 from hypertrain.coordinator.tables.audits import (
     JobRow,
@@ -37,6 +38,7 @@ from hypertrain.coordinator.tables.audits import (
     serves_of,
 )
 from hypertrain.coordinator.tables.disputes import disputes_of_round
+from hypertrain.coordinator.tables.finality import FinalRow, RollbackRow, get_final, get_rollback
 from hypertrain.coordinator.tables.miners import MinerRow, StateRow, get_round_state, miner_details
 from hypertrain.coordinator.tables.rounds import (
     RoundRow,
@@ -46,6 +48,7 @@ from hypertrain.coordinator.tables.rounds import (
     round_states,
 )
 from hypertrain.coordinator.tables.runs import RunRow, get_run, list_runs, roster_rows
+from hypertrain.coordinator.tables.scoring import scoring_subject
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import NotFound
 from hypertrain.rounds.assignment import Assignment, assign
@@ -128,6 +131,10 @@ class RoundFacts:
     """The round's disputes (their views)."""
     reruns: dict[str, dict[str, Any]] = field(factory=dict)
     """Each MISMATCHed miner's rerun, by hotkey."""
+    final: FinalRow | None = None
+    """The round's Finalize record once final."""
+    rollback: RollbackRow | None = None
+    """The round's rollback (rounds w and w + 1 recomputed), if any."""
 
     @property
     def assignment_due(self) -> bool:
@@ -159,7 +166,7 @@ def round_facts(conn: sqlite3.Connection, run_id: str, w: int) -> RoundFacts:
         start_state=get_round_state(conn, run_id, w),
         aggregation=get_aggregation(conn, run_id, w),
         scores={
-            hotkey: job_scores(conn, {"run_id": run_id, "w": w, "hotkey": hotkey})
+            hotkey: job_scores(conn, scoring_subject(run_id, w, hotkey))
             for hotkey, row in details.items()
             if row.delta_hash is not None
         },
@@ -172,6 +179,8 @@ def round_facts(conn: sqlite3.Connection, run_id: str, w: int) -> RoundFacts:
         forfeits=forfeit_envelopes(conn, run_id, w),
         disputes=round_disputes(conn, disputes_of_round(conn, run_id, w)),
         reruns=reruns_of_round(conn, run_id, w),
+        final=get_final(conn, run_id, w),
+        rollback=get_rollback(conn, run_id, w),
     )
 
 
@@ -249,7 +258,11 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
     ``heldout_loss_after`` that of theta(w + 1), the merge result; each null until computed.
     Scoring (issue 8): ``scoring_jobs`` lists the round's delta-loss jobs (settled state, how,
     result) and each uploaded miner's ``scores`` gives ``{public|hidden: {job, state, how, ok,
-    loss, fingerprint}}``.
+    loss, fingerprint}}``. Each miner's ``soft_score_ppm`` (0..10^6, DESIGN.md section 9) is
+    the quality weight the ledger would record for it if the round were finalized now
+    (:func:`~hypertrain.coordinator.flows.softscores.round_soft_scores`): 0 without a settled
+    ok hidden-trace score. It may change, for every miner, until the round is finalized (a
+    hidden step settling late can move the round's best or worst loss).
 
     Audits (spec 9): ``selected`` is null before the draw, then the selected hotkeys; ``jobs``
     are the audit jobs ``{id, target, state, result, challenge, challenge_hash, serves: [{t,
@@ -259,12 +272,16 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
     ``disputes`` are the round's dispute views (state, stage with level, interval, points and
     deadline, the referee's case, the outcome, every Bisect in order), and each miner's
     ``rerun`` ``{leaves_root, classification, epoch, rerun_round}`` once it reran (else null).
+    Finality (spec 7): ``finalize`` is null until the round is final, then :func:`final_json`;
+    ``rollback`` is null unless rounds w and w + 1 were recomputed without faulted miners, then
+    ``{envelope, excluded, old_tapes, new_tapes, recorded_round}``.
     """
     verdicts = {job.target: job.verdict_json() for job in facts.audits}
     chosen = set(facts.selected or ())
     agg = facts.aggregation
     deadlines = facts.round.deadlines
     state = facts.start_state
+    soft = scores_of_jobs([hotkey for hotkey, _, _ in facts.miners], facts.scores)
     return {
         "run_id": facts.run.run_id,
         "w": facts.round.w,
@@ -295,6 +312,7 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
                 "verdict": verdicts.get(hotkey),
                 "rerun": facts.reruns.get(hotkey),
                 "scores": _scores(facts.scores.get(hotkey, [])),
+                "soft_score_ppm": soft[hotkey],
             }
             for hotkey, slot, status in facts.miners
         ],
@@ -302,6 +320,30 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
         "scoring_jobs": [job.score_json() for jobs in facts.scores.values() for job in jobs],
         "forfeits": facts.forfeits,
         "disputes": facts.disputes,
-        "rollback": None,
-        "finalize": None,
+        "rollback": None if facts.rollback is None else facts.rollback.view_json(),
+        "finalize": None if facts.final is None else final_json(facts.final),
+    }
+
+
+def final_json(final: FinalRow) -> dict[str, Any]:
+    """The round view's ``finalize``: the Finalize envelope, each committed miner's ledger
+    entry ``{verdict, tokens, soft_score_ppm}`` by hotkey, and when it was final (``final_round``
+    D, ``at`` the ledger time, ``ledger_round``, the drand rounds ``vesting_round`` and
+    ``released_round`` where the round turns VESTING and RELEASED, ``ledger_synced``)."""
+    return {
+        "envelope": final.envelope_json(),
+        "entries": {
+            e.hotkey: {
+                "verdict": e.verdict.value,
+                "tokens": e.tokens,
+                "soft_score_ppm": e.soft_score_ppm,
+            }
+            for e in final.entries
+        },
+        "final_round": final.final_round,
+        "at": final.at,
+        "ledger_round": final.ledger_round,
+        "vesting_round": final.vesting_round,
+        "released_round": final.released_round,
+        "ledger_synced": final.ledger_synced,
     }

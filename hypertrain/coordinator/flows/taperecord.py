@@ -101,6 +101,7 @@ def tape_record(tape_key: str, tape: SignedTape, out: OuterState, theta_sha: str
         theta_hash=body.theta_hash,
         update_norm=norm(out.center),
         clipped=len(body.screens.preclipped),
+        inputs=tuple(item.id for item in body.inputs),
     )
 
 

@@ -8,32 +8,50 @@ that aggregator). Once D >= d_upload(w) the service runs the step of
 ``w + 1`` opens unless the run config's ``total_rounds`` says round ``w`` is the last one (it is
 still merged, so the final theta is stored).
 
+Merging round ``w + 1`` rolls round ``w`` back first when a miner it merged was found faulted
+meanwhile (:mod:`hypertrain.coordinator.flows.rollback` states the rule): round ``w + 2`` then
+opens from the corrected theta.
+
+After the merges of a pass it finalises every round that can be final
+(:class:`~hypertrain.coordinator.services.finality.Finality`: in order, at ``d_final`` once the
+round's audits and disputes allow it).
+
 Everything is re-derived from the database on every pass, so a restarted daemon resumes where
 it stopped: a step whose objects were stored but whose write did not happen is recomputed to the
 same bytes and written once. Each pass publishes ``round_state`` ``{run_id, w, state:
-"aggregated", D, tape_key, theta_hash, opened}``. Between passes it waits for the earliest due
-``d_upload`` (else the next beacon round), woken by ingested rounds and bounded by the wall-clock
-deadline of that round plus :data:`WAIT_MARGIN`, and by :data:`IDLE_WAIT`.
+"aggregated", D, tape_key, theta_hash, opened}``. Between passes it waits for the next beacon
+round, bounded by the wall-clock deadline of that round plus :data:`WAIT_MARGIN` and by
+:data:`IDLE_WAIT`.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
+import sqlite3
 from collections.abc import Callable
 from typing import Final
 
 import attrs
 import trio
 
+from hypertrain.aggregator.rollback import RollbackInputs, compute_rollback, seal_rollback
 from hypertrain.aggregator.step import compute_step
+from hypertrain.aggregator.tape import parse_signed_tape
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.flows.aggregation import (
     Due,
     Step,
     commit_step,
     due_rounds,
+    get_aggregation,
     step_inputs,
 )
+from hypertrain.coordinator.flows.rollback import rollback_causes, rollback_rewrite
+from hypertrain.coordinator.services.finality import Finality
+from hypertrain.protocol.keys import Keypair
+from hypertrain.protocol.manifest import RunManifest
 from hypertrain.store import ObjectStore
 from hypertrain.store.keys import ObjectInfo
 from nurseries import RunSync, run_inline
@@ -57,6 +75,11 @@ class AggregatorService:
     after_store: Callable[[Step], None] | None = None
     run_sync: RunSync = run_inline
     """Where the merge's CPU work runs (the daemon: a worker thread with the real clock)."""
+    finality: Finality = attrs.field()
+
+    @finality.default
+    def _finality(self) -> Finality:
+        return Finality(self.ctx)
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Merge due rounds forever (module doc); reports the round D it starts at."""
@@ -67,25 +90,63 @@ class AggregatorService:
             for item in due:
                 if latest >= item.d_upload:
                     await self.step(item)
-            waiting = [item.d_upload for item in due if item.d_upload > latest]
-            target = min(waiting, default=latest + 1)
+            await self.finality.finalize_due()
+            target = latest + 1  # finality may become possible at any round (a late verdict)
             deadline = min(
                 self.ctx.beacon.deadline_of(target) + WAIT_MARGIN, trio.current_time() + IDLE_WAIT
             )
             with trio.move_on_at(deadline):
                 await self.ctx.beacon.wait_round(target)
 
+    async def _rollback(
+        self, manifest: RunManifest, step: Step, coord: Keypair
+    ) -> tuple[Callable[[sqlite3.Connection], Step] | None, tuple[ObjectInfo, ...]]:
+        """When a miner merged into round ``step.w - 1`` is faulted: recompute that round and
+        ``step.w`` without it (:mod:`hypertrain.coordinator.flows.rollback`, the rule); the
+        step's ``rewrite`` and the stored objects, or ``(None, ())``."""
+        ctx, w = self.ctx, step.w - 1
+        causes = await ctx.db.read(rollback_causes, step.run_id, w)
+        if not causes:
+            return None, ()
+        previous = await ctx.db.read(get_aggregation, step.run_id, w)
+        assert previous is not None, "a cause is a merged miner"
+        tape_w = parse_signed_tape(await ctx.objects.get(previous.tape_key))
+        tape_w1 = parse_signed_tape(step.objects[-1])
+        faulted = tuple(hotkey for hotkey, _ in causes)
+        request = RollbackInputs(manifest, tape_w, tape_w1, faulted, tuple(c for _, c in causes))
+        fetch = functools.partial(_fetch_with, ctx.objects, step)
+        rollback = await compute_rollback(fetch, request, coord, self.run_sync)
+        stored = tuple([await ctx.objects.put_bytes(blob) for blob in rollback.objects])
+        envelope = seal_rollback(coord, step.run_id, rollback.body)
+        log.info(
+            "run %s: rolling back rounds %d and %d without %s (theta %s -> %s)",
+            step.run_id,
+            w,
+            step.w,
+            ", ".join(faulted),
+            rollback.body.old_theta_hash_w2,
+            rollback.body.new_theta_hash_w2,
+        )
+        old_tapes = (previous.tape_key, step.tape_key)
+        now = ctx.beacon.latest
+        return rollback_rewrite(rollback, envelope, old_tapes, causes, now), stored
+
     async def step(self, due: Due) -> None:
         """Merge round ``due.w`` and open the next one (exactly once)."""
         ctx = self.ctx
         inputs = await ctx.db.read(step_inputs, due.run_id, due.w)
         coord = ctx.coord_keypair()
-        step = await compute_step(ctx.objects.get, inputs.merge_inputs(), coord, self.run_sync)
+        merge = inputs.merge_inputs()
+        step = await compute_step(ctx.objects.get, merge, coord, self.run_sync)
         stored = await store_objects(ctx.objects, step)
+        rewrite = None
+        if due.w > 0:
+            rewrite, more = await self._rollback(merge.manifest, step, coord)
+            stored += more
         if self.after_store is not None:
             self.after_store(step)
         now = int(ctx.wall.now())
-        opened = await ctx.db.write(commit_step, step, stored, coord, due.open_next, now)
+        opened = await ctx.db.write(commit_step, step, stored, coord, due.open_next, now, rewrite)
         log.info(
             "run %s round %d aggregated: tape %s, theta %s, opened %s",
             due.run_id,
@@ -106,6 +167,13 @@ class AggregatorService:
                 "opened": None if opened is None else opened.w,
             },
         )
+
+
+async def _fetch_with(objects: ObjectStore, step: Step, key: str) -> bytes:
+    for blob in step.objects:
+        if hashlib.sha256(blob).hexdigest() == key:
+            return blob
+    return await objects.get(key)
 
 
 async def store_objects(objects: ObjectStore, step: Step) -> tuple[ObjectInfo, ...]:

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from attrs import frozen
 
+from hypertrain.coordinator.tables.finality import final_marks
 from hypertrain.coordinator.tables.runs import dumps
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.envelope import Envelope
@@ -188,6 +189,16 @@ def _disputed_rounds(conn: sqlite3.Connection) -> set[tuple[str, int]]:
     return {(run_id, w) for run_id, w in rows}
 
 
+def _final_state(D: int, vesting_round: int, released_round: int) -> RoundState:  # noqa: N803
+    """Spec 1.3's finalize-based states (``round_state``'s first branch), from the drand
+    rounds where the ledger round passes ``final + 1`` and ``final + vest_rounds``."""
+    if released_round <= D:
+        return RoundState.RELEASED
+    if vesting_round <= D:
+        return RoundState.VESTING
+    return RoundState.FINAL
+
+
 def round_states(
     conn: sqlite3.Connection,
     D: int,  # noqa: N803 (spec name)
@@ -198,12 +209,19 @@ def round_states(
     Feeds :func:`~hypertrain.rounds.states.round_state` with the facts stored so far: the
     next round's ``d_assign`` once it is opened (taken from ``rows`` when present, else read),
     and, for a round without a successor, whether it was merged (a run's last round).
-    An open dispute of the round makes it DISPUTE; Finalize arrives with a later table.
+    An open dispute of the round makes it DISPUTE; a stored Finalize makes it FINAL, then
+    VESTING and RELEASED from the drand rounds where its ledger round's successors begin
+    (``finalizations.vesting_round`` / ``released_round``).
     """
     known = {(row.run_id, row.w): row.deadlines.d_assign for row in rows}
     disputed = _disputed_rounds(conn)
+    finals = final_marks(conn, [row.run_id for row in rows])
     states = []
     for row in rows:
+        marks = finals.get((row.run_id, row.w))
+        if marks is not None:
+            states.append(_final_state(D, *marks))
+            continue
         key = (row.run_id, row.w + 1)
         next_d_assign = known[key] if key in known else _d_assign_of(conn, *key)
         merged_last = next_d_assign is None and _merged(conn, row.run_id, row.w)

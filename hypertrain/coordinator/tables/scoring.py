@@ -4,6 +4,8 @@
   run shares, one row per run and :data:`Kind`: ``model`` (the manifest's model section),
   ``public`` (the public trace) and ``hidden`` (the hidden trace, also marked private). Written
   once, the first time a step needs it (:mod:`hypertrain.coordinator.services.scorefeed`).
+- :func:`scoring_subject`: the subject of miner ``hotkey``'s scoring jobs of round ``w`` (the
+  feed enqueues them under it, the round view and the soft scores read them back by it).
 - ``scoring_outbox`` (``0010_scoring_outbox.sql``): one :class:`Upload` per recorded
   DeltaManifest whose scoring steps are not enqueued yet. :func:`queue_upload` is called by the
   transaction that records the manifest, :func:`drop_upload` by the one that enqueues the steps;
@@ -30,6 +32,7 @@ __all__ = [
     "put_input",
     "queue_upload",
     "queued_uploads",
+    "scoring_subject",
 ]
 
 
@@ -65,6 +68,11 @@ def put_input(
     )
 
 
+def scoring_subject(run_id: str, w: int, hotkey: str) -> dict[str, Any]:
+    """The subject of miner ``hotkey``'s scoring jobs of round ``w`` of the run."""
+    return {"run_id": run_id, "w": w, "hotkey": hotkey}
+
+
 # --- the scoring outbox --------------------------------------------------------------------------
 
 
@@ -84,7 +92,7 @@ class Upload:
     @property
     def subject(self) -> dict[str, Any]:
         """The scoring jobs' subject."""
-        return {"run_id": self.run_id, "w": self.w, "hotkey": self.hotkey}
+        return scoring_subject(self.run_id, self.w, self.hotkey)
 
 
 def queue_upload(conn: sqlite3.Connection, upload: Upload, now: int) -> None:

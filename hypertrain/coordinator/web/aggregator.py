@@ -2,10 +2,12 @@
 
 ``GET /v1/aggregator/runs/{id}/rounds/{w}/inputs[?d_open=]`` (admin): ``{run_id, w, state,
 now_round, round_open, base, miners[{hotkey, slot, status, delta_manifest}], selected,
-rollback, next_round_template}``; the template (RoundOpen minus the four state hashes, from
+rollback, next_round_template, final, finalize_template, finalize_blocked}``; the template
+(RoundOpen minus the four state hashes, from
 :func:`~hypertrain.coordinator.flows.roundopen.plan_round`, the builder the daemon's aggregator
 uses) is null once round ``w + 1`` is open. ``d_open`` defaults to ``max(D, d_upload(w))``
-(spec 4.1).
+(spec 4.1). ``finalize_template`` is the Finalize body the server accepts for round ``w`` now
+(null while ``finalize_blocked`` says why not, or once ``final``).
 
 ``POST /v1/aggregator/runs/{id}/rounds/{w}/aggregate`` (admin + K_coord RoundOpen(w + 1)
 envelope): 400 not a RoundOpen envelope / wrong run, 401 bad signature, 403 signer is not
@@ -16,6 +18,15 @@ that differs from the server's template. The four state hashes are the aggregato
 
 ``PUT /v1/aggregator/runs/{id}/rounds/{w}/tape`` (admin, ``{tape_key}``): an external
 aggregator records its merge of round ``w`` (:mod:`hypertrain.coordinator.flows.taperecord`).
+
+``POST /v1/aggregator/runs/{id}/rounds/{w}/finalize`` (admin + K_coord Finalize envelope):
+400 not a Finalize envelope / wrong run / body ``w`` not the path's, 401 bad signature, 403
+signer is not K_coord, 404 unknown run or round, 409 already final or not finalisable yet (the
+detail names every blocker: ``D < d_final``, previous round not final, not merged, draw not
+run, an unresolved audit or open dispute of a merged miner), 422 naming the first field that
+differs from the server's plan (``final_theta_hash_w1``, ``included``, ``entitlements_root``:
+:mod:`hypertrain.rounds.finality`). Answers ``{w, state: "FINAL", verdicts}`` and feeds the
+ledger (:mod:`hypertrain.coordinator.services.finality`).
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from hypertrain.coordinator.web.http import json_response, read_json
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.envelope import check_shape, verify
 from hypertrain.protocol.errors import Conflict, Malformed
+from hypertrain.protocol.messages import Finalize
 from hypertrain.trainer.state import pack_state
 
 if TYPE_CHECKING:
@@ -121,6 +133,25 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             }
         )
 
+    async def post_finalize(run_id: str, w: int) -> Response:
+        require_admin(ctx)
+        coord = ctx.coord_keypair().ss58
+        raw = await read_json(ctx)
+        if check_shape(raw).type != "Finalize":
+            raise Malformed("expected a K_coord Finalize envelope")
+        verified = verify(
+            raw,
+            expected_run_id=run_id,
+            now_round=ctx.beacon.latest,
+            signer_allowed=lambda _type, signer: signer == coord,
+        )
+        body = verified.message
+        assert isinstance(body, Finalize)
+        if body.w != w:
+            raise Malformed(f"Finalize.w is {body.w}, the path names round {w}")
+        plan = await parts.finality.record(verified.envelope, body)
+        return json_response({"w": w, "state": "FINAL", "verdicts": plan.verdicts_json()})
+
     async def _stored(sha256: str, what: str) -> bytes:
         if not ctx.objects.exists(sha256):
             raise Conflict(f"{what} object {sha256} is not in the object store")
@@ -137,6 +168,12 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         "aggregator.inputs",
         get_inputs,
         methods=["GET"],
+    )
+    app.add_url_rule(
+        "/v1/aggregator/runs/<run_id>/rounds/<int:w>/finalize",
+        "aggregator.finalize",
+        post_finalize,
+        methods=["POST"],
     )
     app.add_url_rule(
         "/v1/aggregator/runs/<run_id>/rounds/<int:w>/aggregate",

@@ -22,6 +22,7 @@ from quart_trio import QuartTrio
 from hypertrain.coordinator.context import BeaconObserver, Coordinator
 from hypertrain.coordinator.services.audits import AuditDraws
 from hypertrain.coordinator.services.disputes import DisputeClock
+from hypertrain.coordinator.services.finality import Finality
 from hypertrain.coordinator.services.runs import RunsService
 from hypertrain.coordinator.services.scorefeed import ScoreFeed
 from hypertrain.coordinator.web import (
@@ -31,6 +32,7 @@ from hypertrain.coordinator.web import (
     datasets,
     disputes,
     events,
+    ledger,
     miner,
     objects,
     runs,
@@ -59,6 +61,8 @@ class AppParts:
     """The audit draw after each new D (and round 0's published genesis state)."""
     disputes: DisputeClock
     """The dispute deadlines after each new D."""
+    finality: Finality
+    """Finalize records (the route's and the daemon's aggregator's) and the ledger feed."""
     run_sync: RunSync = run_inline
     """Where routes run CPU work (hashing a served state blob): a worker thread in the daemon."""
 
@@ -75,6 +79,7 @@ class AppParts:
             inputs=ScoreFeed(ctx, ctx.settings.holdout_dir, run_sync),
             audits=AuditDraws(ctx, run_sync),
             disputes=DisputeClock(ctx),
+            finality=Finality(ctx),
             run_sync=run_sync,
         )
 
@@ -93,6 +98,7 @@ ROUTE_MODULES: Final[tuple[Register, ...]] = (
     compute.register,
     worker.register,
     disputes.register,
+    ledger.register,
 )
 """The ``register`` functions ``create_app`` calls, in order."""
 

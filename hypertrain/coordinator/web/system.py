@@ -5,7 +5,12 @@
 
 - the database is writable: a real write in a transaction (``meta`` key ``health_checked_at``);
 - the internal token file is readable (the Cortex master needs it for ``get_weights``);
-- K_coord loads from ``HYPERTRAIN_COORD_KEY_FILE`` (safe mode and owner, 32-byte seed).
+- K_coord loads from ``HYPERTRAIN_COORD_KEY_FILE`` (safe mode and owner, 32-byte seed);
+- the ledger journal is open (the daemon opens it at start, or refuses to start).
+
+The 200 body also reports the ledger: ``{"ok": true, "ledger": {records, queued_events,
+answers, minted, burned, paid, pending, debt, last_event_at, last_epoch, last_epoch_at}}``
+(totals with every recorded event applied; ``minted = burned + paid + pending`` always).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.flows.system import touch_health
 from hypertrain.coordinator.tokens import TokenKind
 from hypertrain.coordinator.web.http import json_response
+from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import NotConfigured
 
 if TYPE_CHECKING:
@@ -28,9 +34,8 @@ __all__ = ["CAPABILITIES", "CAPABILITY_ROUTES", "CONTRACT", "VERSION", "health_r
 
 VERSION: Final = "0.1.0"
 CONTRACT: Final = 1
-CAPABILITIES: Final = ("proxy_routes",)
-"""What ``/version`` advertises: only what is built. The spec's ``get_weights`` joins once
-``GET /internal/v1/get_weights`` exists (the ledger)."""
+CAPABILITIES: Final = ("get_weights", "proxy_routes")
+"""What ``/version`` advertises: only what is built."""
 CAPABILITY_ROUTES: Final = {"get_weights": "/internal/v1/get_weights"}
 """The route each capability promises, where it names one."""
 
@@ -49,6 +54,8 @@ async def health_reasons(ctx: Coordinator) -> list[str]:
         ctx.coord_keypair()
     except NotConfigured as e:
         reasons.append(e.detail)
+    if ctx.ledger is None:
+        reasons.append("the ledger is not open")
     return reasons
 
 
@@ -68,7 +75,8 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         reasons = await health_reasons(ctx)
         if reasons:
             return json_response({"detail": "; ".join(reasons), "reasons": reasons}, 503)
-        return json_response({"ok": True})
+        assert ctx.ledger is not None
+        return json_response({"ok": True, "ledger": unstructure(ctx.ledger.ledger.statistics())})
 
     app.add_url_rule("/version", "system.version", version, methods=["GET"])
     app.add_url_rule("/health", "system.health", health, methods=["GET"])

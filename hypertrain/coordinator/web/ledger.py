@@ -1,0 +1,119 @@
+"""The ledger's routes (spec 8, 9): ``get_weights`` for the Cortex master, admin clawback.
+
+``GET /internal/v1/get_weights?epoch=E[&epoch_at=T]`` (internal: bearer internal token, 401
+without or wrong, 503 when its file is missing; ``X-Platform-Challenge-Slug`` must equal the
+slug, else 403): the ledger's canonical answer bytes for chain epoch ``E``, always 200 once
+authorised (empty weights while nothing vested; an out-of-order request answers with reason
+``out_of_order`` and pays nothing). ``epoch_at`` defaults to ``genesis + (E + 1) *
+epoch_seconds``, the epoch's end. Both are integers in ``[0, 2^53-1]`` (400 naming the
+parameter otherwise). A repeated request for an answered epoch returns the stored bytes. 503
+when the coordinator has no ledger. Final rounds not yet in the ledger are fed to it first.
+
+``POST /v1/admin/runs/{id}/clawback`` (admin) ``{hotkey, units}``: burn up to ``units`` of the
+hotkey's outstanding escrow, the rest becomes debt repaid from its later grants (spec 8; paid
+units are never recalled). 404 unknown run, 400 a bad hotkey or ``units`` not in ``[1,
+2^53-1]``, 503 no ledger. Answers ``{run_id, hotkey, units, burned, debt}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Final
+
+from attrs import field, frozen
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.tables.runs import get_run
+from hypertrain.coordinator.web.auth import require_admin, require_internal
+from hypertrain.coordinator.web.http import json_response, read_json
+from hypertrain.ledger import LedgerRefused
+from hypertrain.protocol.converter import structure
+from hypertrain.protocol.errors import Conflict, Malformed, NotConfigured
+from hypertrain.protocol.validators import pos_int, ss58, u_int
+
+if TYPE_CHECKING:
+    from hypertrain.coordinator.web.app import AppParts
+
+log = logging.getLogger(__name__)
+
+__all__ = ["WEIGHTS_ROUTE", "ClawbackRequest", "int_arg", "register"]
+
+WEIGHTS_ROUTE: Final = "/internal/v1/get_weights"
+_MAX_DIGITS: Final = 16  # 2^53 - 1 has 16 digits
+
+
+@frozen
+class ClawbackRequest:
+    """The clawback body."""
+
+    hotkey: str = field(validator=ss58)
+    units: int = field(validator=pos_int)
+
+
+def int_arg(name: str) -> int | None:
+    """Query parameter ``name`` as an int in ``[0, 2^53-1]``; None when absent; 400 else."""
+    raw = request.args.get(name)
+    if raw is None:
+        return None
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > _MAX_DIGITS:
+        raise Malformed(f"{name}: must be an int in [0, 2^53-1], got {raw!r:.40}")
+    value = int(raw)
+    u_int.check_param(name, value)
+    return value
+
+
+def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
+    """Add the internal routes to ``app``."""
+
+    async def get_weights() -> Response:
+        require_internal(ctx)
+        epoch = int_arg("epoch")
+        if epoch is None:
+            raise Malformed("epoch: the query parameter is required")
+        epoch_at = int_arg("epoch_at")
+        feed = ctx.ledger
+        if feed is None:
+            raise NotConfigured("the ledger is not open on this coordinator")
+        if epoch_at is None:
+            epoch_at = feed.clock.start_of_epoch(epoch + 1)
+        await feed.sync(ctx.db)
+        answer = feed.ledger.get_weights(epoch, epoch_at, int(ctx.wall.now()))
+        return Response(answer, status=200, content_type="application/json")
+
+    async def post_clawback(run_id: str) -> Response:
+        require_admin(ctx)
+        wanted = structure(ClawbackRequest, await read_json(ctx))
+        await ctx.db.read(get_run, run_id)
+        feed = ctx.ledger
+        if feed is None:
+            raise NotConfigured("the ledger is not open on this coordinator")
+        try:
+            split = feed.ledger.clawback(
+                wanted.hotkey, wanted.units, feed.event_time(ctx.beacon.latest)
+            )
+        except LedgerRefused as e:
+            raise Conflict(f"clawback refused: {e}") from e
+        log.warning(
+            "clawback of %d units from %s (run %s): %d burned, %d debt",
+            wanted.units,
+            wanted.hotkey,
+            run_id,
+            split.burned,
+            split.debt,
+        )
+        return json_response(
+            {
+                "run_id": run_id,
+                "hotkey": wanted.hotkey,
+                "units": wanted.units,
+                "burned": split.burned,
+                "debt": split.debt,
+            }
+        )
+
+    app.add_url_rule(WEIGHTS_ROUTE, "ledger.get_weights", get_weights, methods=["GET"])
+    app.add_url_rule(
+        "/v1/admin/runs/<run_id>/clawback", "ledger.clawback", post_clawback, methods=["POST"]
+    )

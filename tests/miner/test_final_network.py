@@ -1,0 +1,228 @@
+"""A whole network in virtual time through finality, rollback and payment (issue 15).
+
+The daemon (its own aggregator), three honest miners, a ``noise`` honeypot and an auditor, over
+three rounds; every miner is on probation (q = 1), so every miner is audited every round it
+commits. Uploads close 4 drand rounds after ``d_commit``, long before ``d_audit``, so round 0
+is merged with the honeypot's delta before its MISMATCH verdict: merging round 1 then rolls
+round 0 back (and round 1 with it), and round 2 opens from the corrected theta. Checked:
+
+- every round becomes FINAL, in order, with a K_coord Finalize whose ``included`` are the
+  honest miners and whose ``entitlements_root`` commits to the stored entries; the honeypot's
+  verdict is FAULT;
+- the Rollback of round 0: K_coord-sealed, excluding the honeypot; rounds 0 and 1's applied
+  tapes no longer merge it; RoundOpen(2) carries the new theta, not the old one; each Finalize's
+  ``final_theta_hash_w1`` is the applied (corrected) theta;
+- the rounds turn VESTING, then RELEASED as ledger rounds pass; one ``get_weights`` answer pays
+  the honest miners (its epoch's 10^6 units, oldest escrow first) and nothing to the honeypot,
+  a repeat returns the same bytes, and the ledger's ``minted = burned + paid + pending`` holds.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+import trio
+import trio.testing
+
+from hypertrain.aggregator.tape import parse_signed_tape
+from hypertrain.auditor.progress import Progress as AuditorProgress
+from hypertrain.auditor.session import Options, run_auditor
+from hypertrain.miner.honeypot import HoneypotMode
+from hypertrain.miner.progress import Progress
+from hypertrain.miner.session import run_miner
+from hypertrain.protocol.envelope import verify
+from hypertrain.protocol.hashes import honeypot_commit
+from hypertrain.protocol.keys import Keypair
+from hypertrain.protocol.manifest import RunManifest
+from hypertrain.rounds.finality import Entry, Verdict, entitlements_root
+from nurseries import run_inline
+from nurseries.testing import open_asgi_transport
+from tests.coordinator.harness import WORKER_TOKEN, admin_headers, write_secret
+from tests.daemon.support import running_daemon
+from tests.miner.test_against_the_daemon import API, COORD, MINERS, _config, _settings
+from tests.miner.test_audited_network import AUDITOR, create_audited_run
+
+ROUNDS = 3
+RUN_TIMEOUT = 8000.0  # virtual seconds
+EPOCH_SECONDS = 10
+HONEYPOT = Keypair.from_seed(b"\x77" * 32)
+HONEST = sorted(key.ss58 for key in MINERS)
+
+
+async def _put(client: httpx.AsyncClient, path: str, body: object) -> Any:
+    r = await client.put(path, json=body, headers=admin_headers())
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def _views(client: httpx.AsyncClient, run_id: str) -> list[dict[str, Any]]:
+    return [(await client.get(f"/v1/runs/{run_id}/rounds/{w}")).json() for w in range(ROUNDS)]
+
+
+async def _tape(client: httpx.AsyncClient, key: str) -> Any:
+    r = await client.get(f"/v1/objects/{key}", headers={"Authorization": f"Bearer {WORKER_TOKEN}"})
+    assert r.status_code == 200, r.text
+    return parse_signed_tape(r.content)
+
+
+def _sealed(envelope: dict[str, Any], run_id: str) -> Any:
+    """The body of a K_coord envelope of the run (its signature checked)."""
+    return verify(
+        envelope,
+        expected_run_id=run_id,
+        now_round=0,
+        signer_allowed=lambda _type, signer: signer == COORD.ss58,
+    ).message
+
+
+async def test_rounds_become_final_a_caught_delta_is_rolled_back_and_the_honest_are_paid(
+    tmp_path: Path,
+    data_dir: Path,
+    run_manifest: RunManifest,
+    configured: None,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    settings = _settings(tmp_path)
+    worker = write_secret(tmp_path / "secrets" / "worker_token", WORKER_TOKEN)
+    coordinator = attrs.evolve(
+        settings.coordinator, worker_token_file=worker, epoch_seconds=EPOCH_SECONDS
+    )
+    settings = attrs.evolve(settings, coordinator=coordinator)
+    internal = {
+        "Authorization": f"Bearer {settings.coordinator.internal_token_file.read_text().strip()}",  # type: ignore[union-attr]
+        "X-Platform-Challenge-Slug": settings.coordinator.slug,
+    }
+    finished = trio.Event()
+    async with (
+        running_daemon(settings) as handle,
+        open_asgi_transport(handle.app, lifespan=False) as transport,
+        httpx.AsyncClient(transport=transport, base_url=API) as client,
+        handle.ctx.events.subscribe(frozenset({"round_state"})) as events,
+    ):
+        objects_dir = tmp_path / "state" / "objects"
+        run_id = await create_audited_run(
+            client, run_manifest, data_dir, objects_dir, auditors=(AUDITOR.ss58,), rounds=ROUNDS
+        )
+        base = f"/v1/admin/runs/{run_id}"
+        for key in MINERS:
+            await _put(client, f"{base}/roster/{key.ss58}", {})
+        await _put(client, f"{base}/roster/{HONEYPOT.ss58}", {"probation": True})
+        salt = b"\x05" * 32
+        commitment = honeypot_commit([(HONEYPOT.ss58, HoneypotMode.NOISE.value)], salt)
+        await _put(client, f"{base}/honeypot", {"commitment": commitment})
+        await _put(client, f"{base}/paused", {"paused": False})
+
+        async def mine(key: Keypair, mode: HoneypotMode) -> None:
+            await run_miner(
+                _config(tmp_path, key, data_dir),
+                key,
+                rounds=ROUNDS,
+                start=0,
+                mode=mode,
+                transport=transport,
+                progress=Progress(io.StringIO()),
+                configure=lambda env: None,
+            )
+
+        async def audit() -> None:
+            options = Options(
+                api=API, run_id=run_id, token=WORKER_TOKEN, keypair=AUDITOR, data_dir=tmp_path / "a"
+            )
+            await run_auditor(
+                options,
+                stop=finished.wait,
+                transport=transport,
+                configure=lambda env: None,
+                progress=AuditorProgress(err=io.StringIO()),
+                run_sync=run_inline,
+            )
+
+        released: list[dict[str, Any]] = []
+        with trio.fail_after(RUN_TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(audit)
+                async with trio.open_nursery() as miners:
+                    for key in MINERS:
+                        miners.start_soon(mine, key, HoneypotMode.HONEST)
+                    miners.start_soon(mine, HONEYPOT, HoneypotMode.NOISE)
+                while True:
+                    views = await _views(client, run_id)
+                    if all(v["state"] == "RELEASED" for v in views):
+                        break
+                    event = await events.receive()
+                    data = json.loads(event.json)
+                    if data.get("state") == "RELEASED":
+                        released.append(data)
+                finished.set()
+        epoch = handle.ctx.ledger.clock.params.epoch_of(int(handle.ctx.wall.now()))  # type: ignore[union-attr]
+        answer = await client.get(f"/internal/v1/get_weights?epoch={epoch}", headers=internal)
+        again = await client.get(f"/internal/v1/get_weights?epoch={epoch}", headers=internal)
+        unauthorised = await client.get(f"/internal/v1/get_weights?epoch={epoch + 1}")
+        wrong_slug = await client.get(
+            f"/internal/v1/get_weights?epoch={epoch + 1}",
+            headers={**internal, "X-Platform-Challenge-Slug": "other"},
+        )
+        health = (await client.get("/health")).json()
+        tapes = {w: await _tape(client, views[w]["tape_key"]) for w in range(ROUNDS)}
+
+    # Rollback of round 0 (and 1) without the honeypot, round 2 opened from the new theta.
+    rollback = views[0]["rollback"]
+    assert rollback is not None
+    body = _sealed(rollback["envelope"], run_id)
+    assert body.excluded == (HONEYPOT.ss58,)
+    assert rollback["new_tapes"] == [views[0]["tape_key"], views[1]["tape_key"]]
+    assert rollback["old_tapes"] != rollback["new_tapes"]
+    for w in (0, 1, 2):
+        ids = [item.id for item in tapes[w].body.inputs]
+        assert ids == HONEST, (w, ids)
+    opened_theta = views[2]["round_open"]["body"]["theta_hash"]
+    assert opened_theta == body.new_theta_hash_w2 == tapes[1].body.theta_hash
+    assert body.old_theta_hash_w2 != body.new_theta_hash_w2
+    assert views[1]["rollback"] is None
+    assert views[2]["rollback"] is None
+    # Finality: in order, K_coord-sealed, verdicts as audited, committed entries.
+    final_rounds = [v["finalize"]["final_round"] for v in views]
+    assert final_rounds == sorted(final_rounds)
+    for w, view in enumerate(views):
+        final = view["finalize"]
+        message = _sealed(final["envelope"], run_id)
+        assert message.w == w
+        assert list(message.included) == HONEST
+        assert message.final_theta_hash_w1 == tapes[w].body.theta_hash
+        entries = final["entries"]
+        assert {h: e["verdict"] for h, e in entries.items() if h in HONEST} == dict.fromkeys(
+            HONEST, "MATCH"
+        )
+        if HONEYPOT.ss58 in entries:
+            assert entries[HONEYPOT.ss58]["verdict"] == "FAULT"
+        assert message.entitlements_root == entitlements_root(
+            [
+                Entry(h, Verdict(e["verdict"]), e["tokens"], e["soft_score_ppm"])
+                for h, e in entries.items()
+            ]
+        )
+        assert final["ledger_synced"] is True
+    assert HONEYPOT.ss58 in views[0]["finalize"]["entries"]
+    # Payment: every round's escrow vested; the honeypot gets nothing.
+    assert answer.status_code == 200, answer.text
+    assert again.content == answer.content
+    assert (unauthorised.status_code, wrong_slug.status_code) == (401, 403)
+    weights = json.loads(answer.content)
+    print("get_weights:", answer.content.decode())
+    assert sorted(weights["weights"]) == HONEST
+    assert HONEYPOT.ss58 not in weights["weights"]
+    meta = weights["metadata"]
+    assert meta["ledger_minted"] == ROUNDS * 10**6
+    assert (
+        meta["ledger_minted"]
+        == meta["ledger_burned"] + meta["ledger_paid"] + meta["ledger_pending"]
+    )
+    assert meta["units_paid"] == sum(int(v) for v in weights["weights"].values()) == 10**6
+    assert health["ok"] is True
+    assert health["ledger"]["minted"] == ROUNDS * 10**6
+    assert released, "RELEASED was published as a round_state event"
