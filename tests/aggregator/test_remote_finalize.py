@@ -2,12 +2,14 @@
 
 Checked: with three real miners the command merges and finalises every round of a three-round
 run, in order, each with a K_coord Finalize the round view shows, whose verdicts are the
-server's; stopped after posting a Finalize (its answer lost) and started again it finalises
-the rest and skips what is final; ``--no-finalize`` merges only, ``--once`` finalises what is
-due and a later run the rest; a Finalize the server refuses with 422 is posted again with a
-fresh template (at most ``FINALIZE_TRIES`` times), one found final after a 409 is reported with
-a note; a round that cannot become final is polled with bounded sleeps until cancelled. The
-pure parts (the report line, the retry round, the inputs' finality keys) without a daemon.
+server's; with an auditor and a ``noise`` honeypot the verdicts are the audits' (MATCH, FAULT)
+and the ledger is fed; stopped after posting a Finalize (its answer lost) and started again it
+finalises the rest and skips what is final; ``--no-finalize`` merges only, ``--once``
+finalises what is due and a later run the rest; a Finalize the server refuses with 422 is
+posted again with a fresh template (at most ``FINALIZE_TRIES`` times), one found final after a
+409 is reported with a note; a round that cannot become final is polled with bounded sleeps
+until cancelled. The pure parts (the report line, the retry round, the inputs' finality keys)
+without a daemon.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 import trio
@@ -32,14 +35,23 @@ from hypertrain.aggregator.remote_plan import (
     final_retry_round,
     run_facts,
 )
+from hypertrain.auditor.progress import Progress as AuditorProgress
+from hypertrain.auditor.session import Options, run_auditor
+from hypertrain.beacon import ChainInfo
 from hypertrain.cli.aggregate import _report
+from hypertrain.daemon.services import SERVICES
+from hypertrain.datasets.pin import pin_async
+from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.progress import Progress
 from hypertrain.miner.session import run_miner
 from hypertrain.protocol.envelope import NEVER, seal, verify
 from hypertrain.protocol.errors import Malformed
+from hypertrain.protocol.hashes import honeypot_commit
 from hypertrain.protocol.keys import Keypair
-from hypertrain.protocol.manifest import RunManifest
+from hypertrain.protocol.manifest import Beacon, RunManifest
 from hypertrain.rounds.finality import Entry, Verdict, entitlements_root
+from nurseries import run_inline
+from nurseries.testing import open_asgi_transport
 from tests.aggregator.test_remote import (
     FAST_RETRY,
     RUN_TIMEOUT,
@@ -48,12 +60,24 @@ from tests.aggregator.test_remote import (
     _external_daemon,
     _lines,
 )
-from tests.coordinator.harness import ADMIN_TOKEN
+from tests.coordinator.harness import ADMIN_TOKEN, WORKER_TOKEN, admin_headers, write_secret
+from tests.daemon.support import running_daemon
 from tests.miner.conftest import coord, data_dir, run_manifest  # noqa: F401 (fixtures)
 from tests.miner.rounds_support import set_total_rounds
-from tests.miner.test_against_the_daemon import API, COORD, MINERS, _config, _launch
+from tests.miner.test_against_the_daemon import (
+    API,
+    COORD,
+    MINERS,
+    OWNER,
+    _config,
+    _launch,
+    _settings,
+)
 
 ROUNDS = 3
+AUDITED_TIMEOUT = 8000.0  # virtual seconds: three rounds of the manifest's own timeouts
+AUDITOR = Keypair.from_seed(b"\x0a" * 32)
+HONEYPOT = Keypair.from_seed(b"\x77" * 32)
 HOTKEYS = sorted(key.ss58 for key in MINERS)
 
 
@@ -111,15 +135,16 @@ def _finalize_of(view: dict[str, Any], run_id: str) -> Any:
     ).message
 
 
-def _check_final(views: list[dict[str, Any]], run_id: str, hotkeys: list[str]) -> None:
-    """Every round final, in order, K_coord-sealed, its body the server's own entries."""
+def _check_final(views: list[dict[str, Any]], run_id: str, hotkeys: list[list[str]]) -> None:
+    """Every round final, in order, K_coord-sealed, its body the server's own entries (one
+    per committed miner: round ``w``'s are ``hotkeys[w]``)."""
     final_rounds = [view["finalize"]["final_round"] for view in views]
     assert final_rounds == sorted(final_rounds)
     for w, view in enumerate(views):
         body = _finalize_of(view, run_id)
         entries = view["finalize"]["entries"]
         assert body.w == w
-        assert sorted(entries) == hotkeys
+        assert sorted(entries) == hotkeys[w]
         paid = sorted(h for h, e in entries.items() if e["verdict"] in ("MATCH", "UNSAMPLED"))
         assert list(body.included) == paid
         ledger = [
@@ -166,7 +191,7 @@ async def test_the_remote_aggregator_merges_and_finalises_every_round_in_order(
     order = [(line["w"], line.get("state", "merged")) for line in lines]
     for w in range(ROUNDS):
         assert order.index((w, "merged")) < order.index((w, "FINAL"))
-    _check_final(views, run_id, HOTKEYS)
+    _check_final(views, run_id, [HOTKEYS] * ROUNDS)
     for w, (view, final) in enumerate(zip(views, finals, strict=True)):
         # The verdicts the command printed are the server's (no auditors: nobody is drawn).
         server = {h: e["verdict"] for h, e in view["finalize"]["entries"].items()}
@@ -182,6 +207,120 @@ async def test_the_remote_aggregator_merges_and_finalises_every_round_in_order(
         assert inputs[w]["final"] is True
         assert inputs[w]["finalize_template"] is None
         assert inputs[w]["finalize_blocked"] is None
+
+
+async def _audited_run(
+    client: httpx.AsyncClient,
+    manifest: RunManifest,
+    data_dir: Path,  # noqa: F811
+    objects_dir: Path,
+) -> str:
+    """A running three-round run audited by :data:`AUDITOR` (the manifest's own timeouts, so
+    each round's audits end before the next round's ``d_upload``): the miners, the first on
+    probation (audited every round), and the ``noise`` honeypot on probation."""
+    info = ChainInfo.from_json((await client.get("/v1/beacon/info")).json())
+    beacon = Beacon(
+        chain_hash=info.hash, period=info.period_ms // 1000, genesis_time=info.genesis_ms // 1000
+    )
+    manifest = attrs.evolve(
+        manifest, coord_pubkey=COORD.ss58, beacon=beacon, auditors=(AUDITOR.ss58,)
+    )
+    envelope = seal(OWNER, "RunManifest", manifest.run_id(), manifest, NEVER).to_json()
+    created = await client.post("/v1/admin/runs", json=envelope, headers=admin_headers())
+    assert created.status_code == 201, created.text
+    run_id: str = created.json()["run_id"]
+    base = f"/v1/admin/runs/{run_id}"
+    pinned = await pin_async(data_dir, objects_dir)
+    commitment = honeypot_commit([(HONEYPOT.ss58, HoneypotMode.NOISE.value)], b"\x05" * 32)
+    steps: list[tuple[str, object]] = [
+        (f"{base}/dataset", {"manifest_sha256": pinned.manifest_sha256}),
+        (f"{base}/config", {"train_rounds": 20, "final_after_upload": 5, "total_rounds": ROUNDS}),
+        *((f"{base}/roster/{key.ss58}", {"probation": key == MINERS[0]}) for key in MINERS),
+        (f"{base}/roster/{HONEYPOT.ss58}", {"probation": True}),
+        (f"{base}/honeypot", {"commitment": commitment}),
+        (f"{base}/paused", {"paused": False}),
+    ]
+    for path, body in steps:
+        r = await client.put(path, json=body, headers=admin_headers())
+        assert r.status_code == 200, r.text
+    return run_id
+
+
+async def test_audited_rounds_are_final_with_the_servers_verdicts(
+    tmp_path: Path,
+    data_dir: Path,  # noqa: F811
+    run_manifest: RunManifest,  # noqa: F811
+    configured: None,
+    autojump_clock: trio.testing.MockClock,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings = attrs.evolve(_settings(tmp_path), aggregator="external")
+    worker = write_secret(tmp_path / "secrets" / "worker_token", WORKER_TOKEN)
+    coordinator = attrs.evolve(settings.coordinator, worker_token_file=worker)
+    finished = trio.Event()
+    async with (
+        running_daemon(attrs.evolve(settings, coordinator=coordinator), SERVICES) as handle,
+        open_asgi_transport(handle.app, lifespan=False) as transport,
+        httpx.AsyncClient(transport=transport, base_url=API) as client,
+    ):
+        objects_dir = tmp_path / "state" / "objects"
+        run_id = await _audited_run(client, run_manifest, data_dir, objects_dir)
+
+        async def mine(key: Keypair, mode: HoneypotMode) -> None:
+            await run_miner(
+                _config(tmp_path, key, data_dir),
+                key,
+                rounds=ROUNDS,
+                start=0,
+                mode=mode,
+                transport=transport,
+                progress=Progress(io.StringIO()),
+                configure=lambda env: None,
+            )
+
+        async def audit() -> None:
+            options = Options(
+                api=API, run_id=run_id, token=WORKER_TOKEN, keypair=AUDITOR, data_dir=tmp_path / "a"
+            )
+            await run_auditor(
+                options,
+                stop=finished.wait,
+                transport=transport,
+                configure=lambda env: None,
+                progress=AuditorProgress(err=io.StringIO()),
+                run_sync=run_inline,
+            )
+
+        with trio.fail_after(AUDITED_TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(audit)
+                for key in MINERS:
+                    nursery.start_soon(mine, key, HoneypotMode.HONEST)
+                nursery.start_soon(mine, HONEYPOT, HoneypotMode.NOISE)
+                code = await _aggregate(_forever(_args(tmp_path, run_id)), transport)
+                finished.set()
+        views = await _views(client, run_id, ROUNDS)
+        assert handle.ctx.ledger is not None
+    finals = _finals(_lines(capsys.readouterr().out))
+
+    assert code == 0
+    assert [f["w"] for f in finals] == list(range(ROUNDS))
+    # The honeypot caught in round 0 is blacklisted: off the rosters of rounds 1 and 2.
+    _check_final(views, run_id, [sorted([*HOTKEYS, HONEYPOT.ss58]), HOTKEYS, HOTKEYS])
+    for view, final in zip(views, finals, strict=True):
+        server = {h: e["verdict"] for h, e in view["finalize"]["entries"].items()}
+        assert final["verdicts"] == server
+        # The verdicts are the audits': MATCH for the audited, FAULT for the caught honeypot,
+        # UNSAMPLED for a miner never drawn.
+        statuses = {m["hotkey"]: (m["status"], m["selected"]) for m in view["miners"]}
+        for hotkey, verdict in server.items():
+            status, selected = statuses[hotkey]
+            expected = "FAULT" if status == "MISMATCH" else "MATCH" if selected else "UNSAMPLED"
+            assert verdict == expected, (view["w"], hotkey, status, selected)
+        assert server[MINERS[0].ss58] == "MATCH"
+        assert final["included"] == final["counts"]["MATCH"] + final["counts"]["UNSAMPLED"]
+        assert view["finalize"]["ledger_synced"] is True
+    assert views[0]["finalize"]["entries"][HONEYPOT.ss58]["verdict"] == "FAULT"
 
 
 async def test_stopped_after_posting_a_finalize_a_restart_finalises_the_rest(
@@ -235,7 +374,7 @@ async def test_stopped_after_posting_a_finalize_a_restart_finalises_the_rest(
     assert stopped[1]["finalize"] is not None
     assert [m["w"] for m in _merges(lines)] == [2]
     assert [(f["w"], f.get("note")) for f in _finals(lines)] == [(2, None)]
-    _check_final(views, run_id, HOTKEYS)
+    _check_final(views, run_id, [HOTKEYS] * ROUNDS)
 
 
 async def test_no_finalize_merges_only_and_a_later_run_finalises(
@@ -281,7 +420,7 @@ async def test_no_finalize_merges_only_and_a_later_run_finalises(
             "verdicts": {},
         }
     ]
-    _check_final(views, run_id, [])
+    _check_final(views, run_id, [[], []])
     # Waiting for d_final(1) wakes there: the Finalize is recorded at D = d_final(1), or one
     # round later when the beacon ticks while the daemon writes it.
     d_final = views[1]["round_open"]["body"]["d_final"]
