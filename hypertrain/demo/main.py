@@ -546,11 +546,11 @@ async def run_demo(options: DemoOptions, say: Say = _say) -> int:
         result = verdict(rows, options.rounds, initial, audits, drill, payout)
         for line in summary_lines(rows, options.rounds, initial, trio.current_time() - started):
             say(line)
+        if audits is not None:
+            say(audits.line())
         if payout is not None:
             for line in payout.lines(net.names):
                 say(line)
-        if audits is not None:
-            say(audits.line())
         say(f"demo: {'ok' if result.ok else 'FAILED'}: {result.reason}")
         return EXIT_OK if result.ok else EXIT_FAILED
     except (DemoFailed, ChildFailed, trio.TooSlowError, httpx.HTTPError, OSError) as e:

@@ -110,9 +110,25 @@ def test_the_demo_applies_two_rounds_catches_its_honeypot_and_the_loss_falls(
     )
     assert audits is not None, summary
     assert audits[2] == audits[3] == audits[4] != "0", summary  # only the honeypot is caught
+    # Round 0's escrow vested: one get_weights answer paid both miners, not the honeypot.
+    paid = re.fullmatch(
+        r"summary: get_weights epoch \d+ \(paid\): miner-\d [\d,]+, miner-\d [\d,]+;"
+        r" 1 caught cheater\(s\) paid nothing",
+        summary[4],
+    )
+    assert paid is not None, summary
+    ledger = re.fullmatch(
+        r"summary: ledger minted ([\d,]+) = burned ([\d,]+) \+ paid ([\d,]+) \+ pending"
+        r" ([\d,]+) units",
+        summary[5],
+    )
+    assert ledger is not None, summary
+    minted, burned, paid_units, pending = (int(g.replace(",", "")) for g in ledger.groups())
+    assert minted == burned + paid_units + pending > 0, summary
     assert out[-1] == (
         "demo: ok: 2 rounds applied, the held-out loss fell, every bad honeypot audited was"
-        " caught and no honest miner was flagged"
+        " caught, no honest miner was flagged, and get_weights paid every honest miner and no"
+        " cheater"
     )
     # The files were kept where it said, and nothing it started is still running.
     assert (keep / "state" / "challenge.db").is_file()

@@ -8,6 +8,7 @@ from hypertrain.demo.table import (
     HEADER,
     AuditTotals,
     DrillResult,
+    Payout,
     RoundRow,
     Table,
     summary_lines,
@@ -160,7 +161,10 @@ def test_with_auditors_a_round_is_complete_once_its_audits_have_verdicts() -> No
 def test_the_verdict_with_audits_needs_every_bad_honeypot_caught_and_no_honest_flag() -> None:
     rows = [_merged(0, 1.0, 0, 5.5, 5.0)]
     good = AuditTotals(replayed=4, caught=1, hp_bad=1, hp_bad_caught=1, hp_honest=0)
-    assert verdict(rows, 1, 5.5, good).ok
+    assert verdict(rows, 1, 5.5, good, None, PAID).ok
+    assert (
+        verdict(rows, 1, 5.5, good).reason == "round 0 was not RELEASED in time: nothing was paid"
+    )
     assert good.line() == (
         "summary: audits: 4 replayed, 1 caught; honeypots: 1 of 1 bad caught, 0 of 0 honest flagged"
     )
@@ -177,14 +181,48 @@ def test_the_verdict_with_audits_needs_every_bad_honeypot_caught_and_no_honest_f
     assert AuditTotals.from_stats(stats) == AuditTotals(5, 1, 1, 1, 2, 0)
 
 
+def _answer(weights: dict[str, float], burned: int = 1, pending: int = 0) -> dict[str, Any]:
+    paid = int(sum(weights.values()))
+    meta = {
+        "reason": "paid",
+        "ledger_minted": burned + paid + pending,
+        "ledger_burned": burned,
+        "ledger_paid": paid,
+        "ledger_pending": pending,
+    }
+    return {"epoch": 7, "weights": weights, "metadata": meta}
+
+
+PAID = Payout(_answer({"h0": 500000.0, "h1": 499999.0}), ("h0", "h1"), ("hp",))
+
+
+def test_the_payout_must_pay_every_honest_miner_and_no_cheater_and_balance() -> None:
+    assert PAID.failure() is None
+    assert PAID.lines({"h0": "miner-0", "h1": "miner-1"}) == [
+        "summary: get_weights epoch 7 (paid): miner-0 500,000, miner-1 499,999; 1 caught"
+        " cheater(s) paid nothing",
+        "summary: ledger minted 1,000,000 = burned 1 + paid 999,999 + pending 0 units",
+    ]
+    unpaid = Payout(_answer({"h0": 10.0}), ("h0", "h1"), ())
+    assert unpaid.failure() == "1 honest miner(s) not paid by get_weights epoch 7"
+    cheat = Payout(_answer({"h0": 1.0, "h1": 1.0, "hp": 1.0}), ("h0", "h1"), ("hp",))
+    assert cheat.failure() == "get_weights epoch 7 paid 1 caught cheater(s)"
+    broken = _answer({"h0": 1.0, "h1": 1.0})
+    broken["metadata"]["ledger_minted"] += 1
+    assert Payout(broken, ("h0", "h1"), ()).failure().startswith("the ledger does not balance")  # type: ignore[union-attr]
+    rows = [_merged(0, 1.0, 0, 5.5, 5.0)]
+    good = AuditTotals(replayed=4, caught=1, hp_bad=1, hp_bad_caught=1, hp_honest=0)
+    assert verdict(rows, 1, 5.5, good, None, cheat).reason == cheat.failure()
+
+
 def test_the_dispute_drill_is_ok_only_when_the_drill_miner_lost_every_dispute_at_its_op() -> None:
     rows = [_merged(0, 1.0, 0, 5.5, 5.0)]
     spec = "step=6;layer=1;op=mlp"
     audits = AuditTotals(replayed=3, caught=2, hp_bad=1, hp_bad_caught=1)  # honeypot + drill
     won = DrillResult(spec, (("miner", spec),))
-    ok = verdict(rows, 1, 5.5, audits, won)
+    ok = verdict(rows, 1, 5.5, audits, won, PAID)
     assert ok.ok
-    assert ok.reason.endswith(f"the drill miner lost its 1 dispute(s) at {spec}")
+    assert f"the drill miner lost its 1 dispute(s) at {spec}" in ok.reason
     assert not verdict(rows, 1, 5.5, audits).ok  # without the drill it is an honest miner
     other_op = DrillResult(spec, (("miner", "step=6;layer=1;op=attn"),))
     assert verdict(rows, 1, 5.5, audits, other_op).reason.startswith("a drill dispute: the miner")

@@ -35,7 +35,7 @@ from hypertrain.auditor.session import Options, run_auditor
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.progress import Progress
 from hypertrain.miner.session import run_miner
-from hypertrain.protocol.envelope import verify
+from hypertrain.protocol.envelope import NEVER, seal, verify
 from hypertrain.protocol.hashes import honeypot_commit
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
@@ -68,6 +68,67 @@ async def _tape(client: httpx.AsyncClient, key: str) -> Any:
     r = await client.get(f"/v1/objects/{key}", headers={"Authorization": f"Bearer {WORKER_TOKEN}"})
     assert r.status_code == 200, r.text
     return parse_signed_tape(r.content)
+
+
+async def _status(client: httpx.AsyncClient, method: str, path: str, body: object) -> int:
+    r = await client.request(method, path, json=body, headers=admin_headers())
+    assert r.headers["content-type"].startswith("application/json"), r.text
+    if r.status_code >= 400:
+        assert r.json()["detail"], r.text
+    return r.status_code
+
+
+async def _hostile_requests(
+    client: httpx.AsyncClient,
+    run_id: str,
+    views: list[dict[str, Any]],
+    internal: dict[str, str],
+    epoch: int,
+) -> None:
+    """The finality and ledger routes' refusals, after the run (every round final)."""
+    base = f"/v1/aggregator/runs/{run_id}/rounds/0"
+    final = views[0]["finalize"]["envelope"]
+    body = final["body"]
+    assert await _status(client, "POST", f"{base}/finalize", final) == 409  # already final
+    stranger = seal(HONEYPOT, "Finalize", run_id, _sealed(final, run_id), NEVER).to_json()
+    assert await _status(client, "POST", f"{base}/finalize", stranger) == 403
+    wrong_w = f"/v1/aggregator/runs/{run_id}/rounds/1/finalize"
+    assert await _status(client, "POST", wrong_w, final) == 400  # body w 0, path w 1
+    assert await _status(client, "POST", f"{base}/finalize", {"body": body}) == 400
+    not_final = f"/v1/aggregator/runs/{run_id}/rounds/9/finalize"
+    assert await _status(client, "POST", not_final, final) == 400
+    rollback = views[0]["rollback"]
+    request = {
+        "rollback": rollback["envelope"],
+        "old_tape_w1": rollback["old_tapes"][1],
+        "new_tapes": rollback["new_tapes"],
+    }
+    assert await _status(client, "POST", f"{base}/rollback", request) == 409  # final
+    assert await _status(client, "POST", f"{base}/rollback", {**request, "new_tapes": []}) == 400
+    unauthorised = await client.post(f"{base}/rollback", json=request)
+    assert unauthorised.status_code == 401
+    # get_weights: bad parameters are 400 naming them; an earlier epoch is out of order
+    weights = "/internal/v1/get_weights"
+    for query in ("", "?epoch=x", "?epoch=-1", f"?epoch={2**53}", "?epoch=1&epoch_at=1.5"):
+        r = await client.get(weights + query, headers=internal)
+        assert r.status_code == 400, (query, r.text)
+        assert "epoch" in r.json()["detail"]
+    late = json.loads((await client.get(f"{weights}?epoch={epoch - 1}", headers=internal)).content)
+    assert late["metadata"]["reason"] == "out_of_order"
+    assert late["weights"] == {}
+    # clawback: escrow burns first, the rest becomes debt
+    claw = f"/v1/admin/runs/{run_id}/clawback"
+    pending = json.loads((await client.get(f"{weights}?epoch={epoch}", headers=internal)).content)
+    assert pending["metadata"]["ledger_pending"] > 0
+    r = await client.post(claw, json={"hotkey": HONEST[0], "units": 10**9}, headers=admin_headers())
+    assert r.status_code == 200, r.text
+    split = r.json()
+    assert split["burned"] + split["debt"] == 10**9
+    assert split["debt"] > 0
+    assert await _status(client, "POST", claw, {"hotkey": "nope", "units": 1}) == 400
+    assert await _status(client, "POST", claw, {"hotkey": HONEST[0], "units": 0}) == 400
+    unknown = f"/v1/admin/runs/{'ab' * 32}/clawback"
+    assert await _status(client, "POST", unknown, {"hotkey": HONEST[0], "units": 1}) == 404
 
 
 def _sealed(envelope: dict[str, Any], run_id: str) -> Any:
@@ -169,6 +230,7 @@ async def test_rounds_become_final_a_caught_delta_is_rolled_back_and_the_honest_
         )
         health = (await client.get("/health")).json()
         tapes = {w: await _tape(client, views[w]["tape_key"]) for w in range(ROUNDS)}
+        await _hostile_requests(client, run_id, views, internal, epoch)
 
     # Rollback of round 0 (and 1) without the honeypot, round 2 opened from the new theta.
     rollback = views[0]["rollback"]

@@ -14,6 +14,7 @@ from typing import Any
 from hypertrain.beacon.ingest import latest_round
 from hypertrain.coordinator.flows.aggregation import audits_settled
 from hypertrain.coordinator.flows.finalize import plan_finalize
+from hypertrain.coordinator.flows.rollback import rollback_causes
 from hypertrain.coordinator.flows.roundopen import TEMPLATE_FIELDS, plan_round, store_round_open
 from hypertrain.coordinator.flows.roundview import round_facts
 from hypertrain.coordinator.tables.finality import get_final
@@ -53,6 +54,10 @@ def inputs_view(
         "miners": miners,
         "selected": facts.selected,
         "rollback": None if facts.rollback is None else facts.rollback.view_json(),
+        "rollback_causes": [
+            {"hotkey": hotkey, "verdict_hash": cause}
+            for hotkey, cause in rollback_causes(conn, run_id, w)
+        ],
         "next_round_template": template,
         **finalize_template(conn, run_id, w),
     }

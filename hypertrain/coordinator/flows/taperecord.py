@@ -14,7 +14,8 @@ Body ``{tape_key}`` (admin). Promises, in order:
 - 409 while round ``w + 1`` should be open but is not (the run goes on and RoundOpen(w + 1) was
   not posted yet): record after opening;
 - 422 unless ``TH(out_state.theta)`` is the tape's ``theta_hash``, the tape's
-  ``prev_theta_hash`` is round ``w``'s ``theta_hash`` and, when round ``w + 1`` is open, its
+  ``prev_theta_hash`` is round ``w``'s start theta (its RoundOpen's ``theta_hash``, or the
+  corrected theta once round ``w - 1`` was rolled back) and, when round ``w + 1`` is open, its
   RoundOpen carries the tape's ``theta_hash``, ``outer_state_hash`` and ``center_hash``;
 - write-once: the same tape again answers 200, another one 409.
 
@@ -38,6 +39,7 @@ from hypertrain.coordinator.flows.aggregation import (
     get_aggregation,
     insert_aggregation,
 )
+from hypertrain.coordinator.tables.finality import get_rollback
 from hypertrain.coordinator.tables.rounds import get_round_row
 from hypertrain.coordinator.tables.runs import get_run
 from hypertrain.protocol.errors import Conflict, ContractMismatch, NotFound
@@ -70,10 +72,15 @@ def check_tape_facts(
         raise ContractMismatch(
             f"TH(theta) of out_state is {out.theta_hash()}, the tape says {body.theta_hash}"
         )
-    if body.prev_theta_hash != row.body.theta_hash:
+    start = row.body.theta_hash
+    if w > 0 and get_rollback(conn, run_id, w - 1) is not None:
+        previous = get_aggregation(conn, run_id, w - 1)
+        assert previous is not None, "a rolled-back round was merged"
+        start = previous.theta_hash  # round w is merged onto the corrected theta
+    if body.prev_theta_hash != start:
         raise ContractMismatch(
-            f"the tape's prev_theta_hash {body.prev_theta_hash} is not round {w}'s theta_hash"
-            f" {row.body.theta_hash}"
+            f"the tape's prev_theta_hash {body.prev_theta_hash} is not round {w}'s start theta"
+            f" {start}"
         )
     following = get_round_row(conn, run_id, w + 1)
     if following is None:

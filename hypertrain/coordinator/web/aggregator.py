@@ -7,7 +7,10 @@ rollback, next_round_template, final, finalize_template, finalize_blocked}``; th
 :func:`~hypertrain.coordinator.flows.roundopen.plan_round`, the builder the daemon's aggregator
 uses) is null once round ``w + 1`` is open. ``d_open`` defaults to ``max(D, d_upload(w))``
 (spec 4.1). ``finalize_template`` is the Finalize body the server accepts for round ``w`` now
-(null while ``finalize_blocked`` says why not, or once ``final``).
+(null while ``finalize_blocked`` says why not, or once ``final``). ``rollback_causes`` lists
+``{hotkey, verdict_hash}`` of each miner round ``w``'s merge used that now holds a fault verdict
+(empty once rolled back): an external aggregator merging round ``w + 1`` rolls ``w`` back
+before it opens round ``w + 2`` (:mod:`hypertrain.coordinator.flows.rollback`).
 
 ``POST /v1/aggregator/runs/{id}/rounds/{w}/aggregate`` (admin + K_coord RoundOpen(w + 1)
 envelope): 400 not a RoundOpen envelope / wrong run, 401 bad signature, 403 signer is not
@@ -27,19 +30,36 @@ run, an unresolved audit or open dispute of a merged miner), 422 naming the firs
 differs from the server's plan (``final_theta_hash_w1``, ``included``, ``entitlements_root``:
 :mod:`hypertrain.rounds.finality`). Answers ``{w, state: "FINAL", verdicts}`` and feeds the
 ledger (:mod:`hypertrain.coordinator.services.finality`).
+
+``POST /v1/aggregator/runs/{id}/rounds/{w}/rollback`` (admin) ``{rollback, old_tape_w1,
+new_tapes: [w, w + 1]}``: an external aggregator's K_coord Rollback of rounds ``w`` and
+``w + 1`` (every tape and object uploaded first). The daemon replays both new tapes
+(:func:`~hypertrain.aggregator.rollback.verify_rollback`: 422 naming the first item that is not
+what the rollback computes), then records it (:func:`~hypertrain.coordinator.flows.rollback.
+record_external_rollback`: 409 final, too late (round ``w + 2`` open) or stale; 422 an excluded
+miner without a fault verdict). RoundOpen(w + 2) then carries the corrected theta and
+``PUT .../rounds/{w + 1}/tape`` the new tape of ``w + 1``. Answers ``{w, excluded}``; 400/401/403
+for a bad envelope, signature or signer, 409 a tape or object not in the store.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from quart import Response, request
 from quart_trio import QuartTrio
 
 from hypertrain.aggregator.outerstate import unpack_outer
+from hypertrain.aggregator.rollback import verify_rollback
 from hypertrain.aggregator.tape import parse_signed_tape, verify_tape
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.flows.aggregator import apply_aggregate, inputs_view
+from hypertrain.coordinator.flows.rollback import (
+    RollbackRequest,
+    record_external_rollback,
+    rollback_facts,
+)
 from hypertrain.coordinator.flows.taperecord import (
     TapeRequest,
     check_tape_facts,
@@ -51,7 +71,7 @@ from hypertrain.coordinator.web.http import json_response, read_json
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.envelope import check_shape, verify
 from hypertrain.protocol.errors import Conflict, Malformed
-from hypertrain.protocol.messages import Finalize
+from hypertrain.protocol.messages import Finalize, Rollback
 from hypertrain.trainer.state import pack_state
 
 if TYPE_CHECKING:
@@ -152,6 +172,72 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         plan = await parts.finality.record(verified.envelope, body)
         return json_response({"w": w, "state": "FINAL", "verdicts": plan.verdicts_json()})
 
+    async def post_rollback(run_id: str, w: int) -> Response:
+        require_admin(ctx)
+        coord = ctx.coord_keypair().ss58
+        wanted = structure(RollbackRequest, await read_json(ctx))
+        if check_shape(wanted.rollback).type != "Rollback":
+            raise Malformed("rollback: expected a K_coord Rollback envelope")
+        verified = verify(
+            wanted.rollback,
+            expected_run_id=run_id,
+            now_round=ctx.beacon.latest,
+            signer_allowed=lambda _type, signer: signer == coord,
+        )
+        body = verified.message
+        assert isinstance(body, Rollback)
+        if body.w != w:
+            raise Malformed(f"Rollback.w is {body.w}, the path names round {w}")
+        manifest, old_w = await ctx.db.read(rollback_facts, run_id, w)
+        old = (old_w, wanted.old_tape_w1)
+        keys = (*old, *wanted.new_tapes)
+        tapes = [parse_signed_tape(await _stored(key, "tape")) for key in keys]
+        await parts.run_sync(
+            partial(
+                verify_rollback,
+                body,
+                (tapes[0], tapes[1]),
+                (tapes[2], tapes[3]),
+                run_id=run_id,
+                manifest=manifest,
+                load_object=_load_stored,
+            )
+        )
+        rows = []
+        stored = []
+        for key, tape in zip(wanted.new_tapes, tapes[2:], strict=True):
+            out = unpack_outer(await _stored(tape.body.out_state, "out_state"))
+            theta = await ctx.objects.put_bytes(pack_state(out.theta))
+            stored.append(theta)
+            rows.append(tape_record(key, tape, out, theta.sha256))
+        await ctx.db.write(
+            record_external_rollback,
+            verified.envelope,
+            w,
+            old,
+            (rows[0], rows[1]),
+            body.excluded,
+            tuple(stored),
+            int(ctx.wall.now()),
+        )
+        ctx.events.publish(
+            "round_state",
+            {
+                "run_id": run_id,
+                "w": w,
+                "state": "rolled_back",
+                "D": ctx.beacon.latest,
+                "excluded": list(body.excluded),
+                "theta_hash": body.new_theta_hash_w2,
+            },
+        )
+        return json_response({"w": w, "excluded": list(body.excluded)})
+
+    def _load_stored(sha256: str) -> bytes:
+        if not ctx.objects.exists(sha256):
+            raise Conflict(f"object {sha256} is not in the object store")
+        return ctx.objects.path_of(sha256).read_bytes()
+
     async def _stored(sha256: str, what: str) -> bytes:
         if not ctx.objects.exists(sha256):
             raise Conflict(f"{what} object {sha256} is not in the object store")
@@ -168,6 +254,12 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         "aggregator.inputs",
         get_inputs,
         methods=["GET"],
+    )
+    app.add_url_rule(
+        "/v1/aggregator/runs/<run_id>/rounds/<int:w>/rollback",
+        "aggregator.rollback",
+        post_rollback,
+        methods=["POST"],
     )
     app.add_url_rule(
         "/v1/aggregator/runs/<run_id>/rounds/<int:w>/finalize",
