@@ -1,4 +1,5 @@
 """Outer-step math (pure), event tapes and their replay (spec/protocol.md section 7), the one
 merge step both aggregators run (:mod:`.step`), the rollback of rounds ``w`` and ``w + 1``
 without faulted miners and its check by anyone (:mod:`.rollback`), and the aggregator run from
-outside the daemon (:mod:`.remote`, ``hypertrain aggregate``)."""
+outside the daemon (:mod:`.remote`, ``hypertrain aggregate``), which also finalises each round
+(:mod:`.remote_final`)."""

@@ -28,10 +28,19 @@ merge_next`:
    (:mod:`hypertrain.coordinator.flows.taperecord`), also for the last round, so the daemon
    shows the merge and evaluates its held-out loss.
 
+It finalises too (:mod:`.remote_final`: in order, every round whose ``/inputs`` offers a
+``finalize_template``, sealed with K_coord and posted to ``.../rounds/{w}/finalize``): while
+waiting for ``d_upload`` (waking at the ``d_final`` of a round waiting for it, if earlier), while
+the run is paused, after each merge in :meth:`RemoteAggregator.run`, and, once the run's last
+round is merged, until every round is final (:meth:`RemoteAggregator.wait_final`). With
+``RemoteConfig.finalize`` off it never does.
+
 Idempotent after a crash anywhere: the objects are content addressed, the start state is
-write-once, and each pass first makes sure the newest round's start state is published when
-this aggregator's record of the previous round has its ``theta_hash``. Every wait is bounded:
-HTTP timeouts and retries in :mod:`.remote_client`, polls of at most ``max_poll`` seconds.
+write-once, each pass first makes sure the newest round's start state is published when
+this aggregator's record of the previous round has its ``theta_hash``, and finality is read
+from the server each time. Every wait is bounded: HTTP timeouts and retries in
+:mod:`.remote_client`, sleeps of at most ``max_poll`` (or ``idle_poll``) seconds; a round that
+never becomes final (a paused run's, one whose audits never end) is polled until cancelled.
 """
 
 from __future__ import annotations
@@ -46,8 +55,10 @@ import trio
 
 from hypertrain.aggregator.outerstate import unpack_outer
 from hypertrain.aggregator.remote_client import AggregatorClient, Refused, RemoteError
+from hypertrain.aggregator.remote_final import Pending, RemoteFinality
 from hypertrain.aggregator.remote_plan import (
     MergeReport,
+    Report,
     RunFacts,
     check_coord_key,
     merge_inputs,
@@ -82,24 +93,30 @@ class RemoteConfig:
     coord: Keypair
     state_dir: Path
     max_poll: float = 30.0
-    """The longest sleep between two polls of D while waiting for ``d_upload``."""
+    """The longest sleep between two polls of D while waiting for ``d_upload`` or ``d_final``;
+    also how long a round held back by something else (audits, disputes) waits to be asked
+    about again."""
     idle_poll: float = 10.0
     """Seconds between polls of a paused run or one with no open round."""
+    finalize: bool = True
+    """Finalise the merged rounds too (module doc); off: merge only."""
 
 
 class RemoteAggregator:
-    """The loop of module doc; ``report`` gets one :class:`MergeReport` per merged round."""
+    """The loop of module doc; ``report`` gets one :class:`MergeReport` per merged round and
+    one :class:`~hypertrain.aggregator.remote_plan.FinalReport` per finalised round."""
 
     def __init__(
         self,
         config: RemoteConfig,
         client: AggregatorClient,
-        report: Callable[[MergeReport], None],
+        report: Callable[[Report], None],
     ) -> None:
         self.config = config
         self.client = client
         self.report = report
         self.state = StateDir(config.state_dir)
+        self.finality = RemoteFinality(config.coord, client, report, max_poll=config.max_poll)
         self._published: set[int] = set()
 
     async def facts(self) -> RunFacts:
@@ -109,20 +126,43 @@ class RemoteAggregator:
         return run
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Merge every round as it becomes due; returns once the run's last round is merged."""
+        """Merge every round as it becomes due and finalise each once the server can; returns
+        once the run's last round is merged and every round is final."""
         await self.facts()
         task_status.started()
         while await self.merge_next() is not None:
-            pass
+            await self.finalize_due()
+        await self.wait_final()
+
+    async def finalize_due(self) -> Pending | None:
+        """Finalise, in order, every round the server accepts now; None once every opened
+        round is final (or finalising is off), else the first one that is not."""
+        return await self._finalize_due(await self.facts())
+
+    async def wait_final(self) -> None:
+        """Finalise until every opened round is final, waiting for each round as the server
+        says (bounded polls of D; forever while a round cannot become final)."""
+        while True:
+            run = await self.facts()
+            pending = await self._finalize_due(run)
+            if pending is None:
+                return
+            await self._wait_round(run, pending.retry_at)
+
+    async def _finalize_due(self, run: RunFacts) -> Pending | None:
+        if not self.config.finalize:
+            return None
+        return await self.finality.finalize_due(run)
 
     async def merge_next(self) -> MergeReport | None:
-        """Wait until the newest round is due and merge it (module doc); None when the run's
-        last round is merged already."""
+        """Wait until the newest round is due and merge it (module doc), finalising what the
+        server accepts while waiting; None when the run's last round is merged already."""
         run_id = self.config.run_id
         while True:
             run = await self.facts()
             w = run.newest_round
             if w is None or not run.running:
+                await self._finalize_due(run)
                 await trio.sleep(self.config.idle_poll)
                 continue
             await self._ensure_published(run, w)
@@ -133,7 +173,9 @@ class RemoteAggregator:
             inputs = await self.client.inputs(run_id, w)
             d_upload = int(round_open_of(inputs)["d_upload"])
             if int(inputs["now_round"]) < d_upload:
-                await self._wait_round(run, d_upload)
+                pending = await self._finalize_due(run)
+                target = d_upload if pending is None else min(d_upload, pending.retry_at)
+                await self._wait_round(run, target)
                 continue
             return await self._merge(run, w, inputs)
 

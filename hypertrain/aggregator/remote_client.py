@@ -195,6 +195,20 @@ class AggregatorClient:
         body = response.json()
         return response.status_code, dict(body) if isinstance(body, dict) else {}
 
+    async def finalize(
+        self, run_id: str, w: int, envelope: dict[str, Any]
+    ) -> tuple[int, dict[str, Any]]:
+        """``POST .../rounds/{w}/finalize``: ``(status, body)``; a 409 (already final, or not
+        finalisable yet) and a 422 (the server's plan changed since its template was read) are
+        returned, not raised."""
+        path = f"/v1/aggregator/runs/{run_id}/rounds/{w}/finalize"
+        response = await self._send("POST", path, ok=(409, 422), json=envelope)
+        try:
+            body = response.json()
+        except ValueError as e:
+            raise DaemonUnreachable(f"POST {path}: the answer is not JSON") from e
+        return response.status_code, dict(body) if isinstance(body, dict) else {}
+
     async def publish_state(self, run_id: str, w: int, theta_start_sha256: str) -> None:
         """``PUT .../rounds/{w}/state`` (write-once; the same value again is 200)."""
         await self._json(

@@ -2,10 +2,13 @@
 remote`), for a daemon started with ``aggregator = "external"``.
 
 ``hypertrain aggregate --api URL --run-id ID --admin-token-file F --coord-key F [--once]
-[--state-dir D]`` prints one JSON line per merged round ``{w, tape_key, theta_hash,
-update_norm, clipped, opened[, note]}``. Without ``--once`` it runs until the run's last round
-is merged (forever for a run without ``total_rounds``); with it, it merges the newest round once
-it is due and exits.
+[--state-dir D] [--no-finalize]`` prints one JSON line per merged round ``{w, tape_key,
+theta_hash, update_norm, clipped, opened[, note]}`` and one per round it finalises ``{w, state:
+"FINAL", included, counts, verdicts[, note]}`` (``included``: how many miners are paid,
+``counts``: how many got each verdict). Without ``--once`` it runs until the run's last round
+is merged and every round is final (forever for a run without ``total_rounds``); with it, it
+merges the newest round once it is due, finalises what the daemon accepts then, and exits.
+``--no-finalize`` merges only (someone else posts the Finalizes).
 
 Exit status: 0 ok; 1 the daemon refused a request (its detail is printed) or the previous
 OuterState is unknown; 2 usage, an unreadable key or token file, a key that is not the run's
@@ -33,7 +36,7 @@ from hypertrain.aggregator.remote_client import (
     Retry,
     TokenRefused,
 )
-from hypertrain.aggregator.remote_plan import KeyMismatch, MergeReport
+from hypertrain.aggregator.remote_plan import KeyMismatch, Report
 from hypertrain.cli.common import (
     EXIT_INVALID,
     EXIT_OK,
@@ -81,7 +84,7 @@ def _api_arg(value: str) -> str:
     return value.rstrip("/")
 
 
-def _report(report: MergeReport) -> None:
+def _report(report: Report) -> None:
     print_json(unstructure(report))
     sys.stdout.flush()
 
@@ -91,6 +94,7 @@ async def _run(args: argparse.Namespace, client: AggregatorClient) -> int:
         run_id=args.run_id,
         coord=load_keypair(args.coord_key),
         state_dir=Path(args.state_dir),
+        finalize=not args.no_finalize,
     )
     aggregator = RemoteAggregator(config, client, _report)
     if not args.once:
@@ -98,6 +102,7 @@ async def _run(args: argparse.Namespace, client: AggregatorClient) -> int:
         return EXIT_OK
     if await aggregator.merge_next() is None:
         sys.stderr.write("hypertrain: nothing to merge: the run's last round is merged\n")
+    await aggregator.finalize_due()
     return EXIT_OK
 
 
@@ -143,9 +148,9 @@ def register(subparsers: Subparsers[Any]) -> None:
     parser: OneLineParser = subparsers.add_parser(
         "aggregate",
         help="merge a run's rounds on this machine (daemon with aggregator = external)",
-        description="Merge each round of a run at d_upload and open the next, from outside "
-        "the daemon. Exit status: 0 ok, 1 refused by the daemon, 2 usage/key/token problem, "
-        "3 daemon unreachable.",
+        description="Merge each round of a run at d_upload and open the next, and finalise "
+        "each round once the daemon accepts it, from outside the daemon. Exit status: 0 ok, "
+        "1 refused by the daemon, 2 usage/key/token problem, 3 daemon unreachable.",
     )
     parser.add_argument("--api", required=True, type=_api_arg, metavar="URL", help="daemon URL")
     parser.add_argument("--run-id", required=True, type=hex64_arg, metavar="ID", help="run id")
@@ -156,7 +161,12 @@ def register(subparsers: Subparsers[Any]) -> None:
         "--coord-key", required=True, metavar="F", help="K_coord seed file (the run's)"
     )
     parser.add_argument(
-        "--once", action="store_true", help="merge the newest round once it is due, then exit"
+        "--once",
+        action="store_true",
+        help="merge the newest round once it is due, finalise what is due, then exit",
+    )
+    parser.add_argument(
+        "--no-finalize", action="store_true", help="merge only: never post a Finalize"
     )
     parser.add_argument(
         "--state-dir",
