@@ -66,6 +66,7 @@ from hypertrain.aggregator.remote_plan import (
     round_open_of,
     run_facts,
 )
+from hypertrain.aggregator.rollback import RollbackInputs, compute_rollback, seal_rollback
 from hypertrain.aggregator.statedir import StateDir
 from hypertrain.aggregator.step import Step, compute_step
 from hypertrain.aggregator.tape import parse_signed_tape, tape_bytes, verify_tape
@@ -222,14 +223,70 @@ class RemoteAggregator:
         self.state.save(step)
         for blob in step.objects:
             await self.client.put_object(blob)
+        note = None
+        if w > 0:
+            corrected = await self._rollback(run, step)
+            if corrected is not step:
+                note = f"rolled back round {w - 1} and round {w}: round {w + 1} opens corrected"
+            step = corrected
         if run.is_last(w):
-            report = MergeReport.of(step, None, f"round {w} is the run's last round")
+            report = MergeReport.of(step, None, note or f"round {w} is the run's last round")
         else:
             report = await self._open_next(run, step)
+            if note is not None and report.note is None:
+                report = attrs.evolve(report, note=note)
         if report.opened is not None or run.is_last(w):
             await self.client.record_tape(run.run_id, w, step.tape_key)
         self.report(report)
         return report
+
+    async def _rollback(self, run: RunFacts, step: Step) -> Step:
+        """Roll round ``w - 1`` back when a miner it merged is faulted (the daemon's rule,
+        :mod:`hypertrain.coordinator.flows.rollback`): recompute rounds ``w - 1`` and ``w``
+        without it, upload the objects, post the K_coord Rollback, and return the corrected
+        step of round ``w`` (round ``w + 1`` opens from it); ``step`` itself when there is
+        nothing to roll back. A rollback the daemon recorded already (this command stopped
+        after posting it) is recomputed to the same bytes, not posted again."""
+        run_id, w = run.run_id, step.w - 1
+        inputs = await self.client.inputs(run_id, w)
+        recorded = inputs.get("rollback")
+        if recorded is not None:
+            body = recorded["envelope"]["body"]
+            faulted = tuple(str(h) for h in body["excluded"])
+            causes = tuple(str(c) for c in body["cause_hashes"])
+            old_key = str(recorded["old_tapes"][0])
+        else:
+            listed = inputs.get("rollback_causes") or []
+            if not listed:
+                return step
+            faulted = tuple(sorted(str(c["hotkey"]) for c in listed))
+            causes = tuple(sorted(str(c["verdict_hash"]) for c in listed))
+            view = await self.client.round_view(run_id, w)
+            old_key = str((view or {}).get("tape_key"))
+        tape_w = parse_signed_tape(await self._fetch(old_key))
+        tape_w1 = parse_signed_tape(step.objects[-1])
+        request = RollbackInputs(run.manifest, tape_w, tape_w1, faulted, causes)
+        rollback = await compute_rollback(self._fetch, request, self.config.coord, run_inline)
+        for blob in rollback.objects:
+            self.state.put(blob)
+            await self.client.put_object(blob)
+        if recorded is None:
+            envelope = seal_rollback(self.config.coord, run_id, rollback.body).to_json()
+            posted = {
+                "rollback": envelope,
+                "old_tape_w1": step.tape_key,
+                "new_tapes": list(rollback.tape_keys),
+            }
+            status, detail = await self.client.rollback(run_id, w, posted)
+            if status == 409:
+                again = (await self.client.inputs(run_id, w)).get("rollback")
+                if again is None or list(again["new_tapes"]) != list(rollback.tape_keys):
+                    raise Refused(
+                        "POST", f"/v1/aggregator/runs/{run_id}/rounds/{w}/rollback", 409, detail
+                    )
+            log.info("run %s: rolled back rounds %d and %d without %s", run_id, w, w + 1, faulted)
+        self.state.save(rollback.steps[1])
+        return rollback.steps[1]
 
     async def _open_next(self, run: RunFacts, step: Step) -> MergeReport:
         run_id, w = run.run_id, step.w

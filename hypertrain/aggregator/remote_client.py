@@ -209,6 +209,19 @@ class AggregatorClient:
             raise DaemonUnreachable(f"POST {path}: the answer is not JSON") from e
         return response.status_code, dict(body) if isinstance(body, dict) else {}
 
+    async def rollback(self, run_id: str, w: int, request: dict[str, Any]) -> tuple[int, str]:
+        """``POST .../rounds/{w}/rollback`` ``{rollback, old_tape_w1, new_tapes}``: ``(status,
+        detail)``; a 409 (rolled back already, or too late) is returned, not raised."""
+        path = f"/v1/aggregator/runs/{run_id}/rounds/{w}/rollback"
+        response = await self._send("POST", path, ok=(409,), json=request)
+        if response.status_code == 409:
+            try:
+                detail = str(response.json().get("detail"))
+            except (ValueError, AttributeError):
+                detail = response.text[:200]
+            return 409, detail
+        return response.status_code, ""
+
     async def publish_state(self, run_id: str, w: int, theta_start_sha256: str) -> None:
         """``PUT .../rounds/{w}/state`` (write-once; the same value again is 200)."""
         await self._json(

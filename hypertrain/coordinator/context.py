@@ -43,8 +43,8 @@ from hypertrain.beacon import (
 )
 from hypertrain.coordinator.computehub import ComputeHub
 from hypertrain.coordinator.events import EventHub
-from hypertrain.coordinator.ledgerfeed import LedgerFeed
 from hypertrain.coordinator.metagraph import Metagraph, RosterOnly
+from hypertrain.coordinator.services.ledgerfeed import LedgerFeed
 from hypertrain.coordinator.settings import CoordinatorSettings
 from hypertrain.coordinator.tokens import TokenFiles
 from hypertrain.protocol.errors import KeyfileError, NotConfigured, ProtocolError
@@ -88,7 +88,7 @@ class Coordinator:
     metagraph: Metagraph = attrs.field(factory=RosterOnly)
     """Who may act as a miner beyond the roster (``CHALLENGE_MASTER_URL``'s metagraph)."""
     ledger: LedgerFeed | None = None
-    """The ledger and its clock (:mod:`.ledgerfeed`); None when the composition root opened
+    """The ledger and its clock (:mod:`.services.ledgerfeed`); None when the composition root opened
     none (``get_weights`` then answers 503)."""
     compute: ComputeHub = attrs.field()
     """The compute network's settings and wake-ups (:mod:`.computehub`)."""

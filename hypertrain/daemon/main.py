@@ -39,9 +39,9 @@ import trio
 
 from hypertrain.beacon import QUICKNET, ChainInfo, LocalChain, LocalChainError
 from hypertrain.coordinator.context import Coordinator
-from hypertrain.coordinator.ledgerclock import LedgerClock
-from hypertrain.coordinator.ledgerfeed import LedgerFeed
 from hypertrain.coordinator.metagraph import MasterMetagraph, Metagraph
+from hypertrain.coordinator.services.ledgerclock import LedgerClock
+from hypertrain.coordinator.services.ledgerfeed import LedgerFeed
 from hypertrain.coordinator.settings import CoordinatorSettings
 from hypertrain.coordinator.web.app import App, AppParts, create_app
 from hypertrain.daemon.logs import configure_logging

@@ -18,6 +18,9 @@ the spec allows for a rolled-back miner.
   until it is; out of it, until the audit's serve deadline has passed (a verdict that comes in
   time can still be rerun and contested; after that the miner's verdict is NO_UPLOAD);
 - an open dispute about a miner *in the chain*;
+- a faulted miner *in the chain* while the round can still be rolled back (the rollback takes
+  it out at the merge of round ``w + 1``; once round ``w + 2`` is open, or for a run's last
+  round, a fault is handled with money only);
 - a MISMATCH its miner may still contest (no Dispute yet and ``D`` before its verdict round +
   ``T.dispute_per_level``): a round final at once would leave a miner no time to rerun and
   contest a wrong verdict.
@@ -114,6 +117,9 @@ class RoundFacts:
     """Round ``w`` was merged (its tape recorded)."""
     drawn: bool
     """The audit draw ran (True for a run without auditors: nothing is ever drawn)."""
+    rollback_possible: bool = False
+    """Round ``w`` can still be rolled back: it is not the run's last round and round ``w + 2``
+    is not open yet (the rollback comes with the merge of ``w + 1``, before RoundOpen(w + 2))."""
 
 
 def verdict_of(miner: MinerFacts) -> Verdict:
@@ -158,6 +164,8 @@ def blockers(round_facts: RoundFacts, miners: Sequence[MinerFacts]) -> list[str]
                 )
         if not miner.in_chain:
             continue
+        if miner.status in FAULT_STATUSES and r.rollback_possible:
+            why.append(f"{miner.hotkey} is faulted and its delta merged: awaiting the rollback")
         if miner.open_dispute:
             why.append(f"{miner.hotkey} has an open dispute and its delta is merged")
     return why

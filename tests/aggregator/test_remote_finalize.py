@@ -153,7 +153,11 @@ def _check_final(views: list[dict[str, Any]], run_id: str, hotkeys: list[list[st
         ]
         assert body.entitlements_root == entitlements_root(ledger)
         if w + 1 < len(views):  # the theta round w handed to round w + 1
-            assert body.final_theta_hash_w1 == views[w + 1]["round_open"]["body"]["theta_hash"]
+            opened = views[w + 1]["round_open"]["body"]["theta_hash"]
+            if view["rollback"] is None:
+                assert body.final_theta_hash_w1 == opened
+            else:  # rolled back: the corrected theta, which round w + 2 builds on
+                assert body.final_theta_hash_w1 != opened
         assert view["finalize"]["final_round"] >= view["round_open"]["body"]["d_final"]
         assert view["state"] in ("FINAL", "VESTING", "RELEASED")
 
@@ -301,7 +305,8 @@ async def test_audited_rounds_are_final_with_the_servers_verdicts(
                 finished.set()
         views = await _views(client, run_id, ROUNDS)
         assert handle.ctx.ledger is not None
-    finals = _finals(_lines(capsys.readouterr().out))
+    out = capsys.readouterr().out
+    finals = _finals(_lines(out))
 
     assert code == 0
     assert [f["w"] for f in finals] == list(range(ROUNDS))
@@ -321,6 +326,16 @@ async def test_audited_rounds_are_final_with_the_servers_verdicts(
         assert final["included"] == final["counts"]["MATCH"] + final["counts"]["UNSAMPLED"]
         assert view["finalize"]["ledger_synced"] is True
     assert views[0]["finalize"]["entries"][HONEYPOT.ss58]["verdict"] == "FAULT"
+    # hypertrain aggregate rolled round 0 back without the honeypot when it merged round 1.
+    rollback = views[0]["rollback"]
+    assert rollback is not None
+    assert rollback["excluded"] == [HONEYPOT.ss58]
+    assert rollback["new_tapes"] == [views[0]["tape_key"], views[1]["tape_key"]]
+    assert (
+        views[2]["round_open"]["body"]["theta_hash"]
+        == (rollback["envelope"]["body"]["new_theta_hash_w2"])
+    )
+    assert any("rolled back round 0" in str(line.get("note")) for line in _lines(out))
 
 
 async def test_stopped_after_posting_a_finalize_a_restart_finalises_the_rest(

@@ -19,8 +19,8 @@ from quart_trio import QuartTrio
 
 from hypertrain.beacon import BeaconRound, LocalChain
 from hypertrain.coordinator import Coordinator, CoordinatorSettings
-from hypertrain.coordinator.ledgerclock import LedgerClock
-from hypertrain.coordinator.ledgerfeed import LedgerFeed
+from hypertrain.coordinator.services.ledgerclock import LedgerClock
+from hypertrain.coordinator.services.ledgerfeed import LedgerFeed
 from hypertrain.coordinator.web.app import AppParts, create_app
 from hypertrain.ledger import Ledger
 from hypertrain.protocol.converter import unstructure

@@ -140,3 +140,18 @@ def test_entitlements_root_ignores_entry_order(rows: list[tuple[Verdict, int, in
     shuffled = list(entries)
     rnd.shuffle(shuffled)
     assert entitlements_root(shuffled) == entitlements_root(entries)
+
+
+def test_a_merged_fault_holds_finality_while_a_rollback_can_still_take_it_out() -> None:
+    caught = miner("MISMATCH", selected=True, audit="done")
+    rollable = RoundFacts(
+        w=3, D=600, d_final=600, previous_final=True, applied=True, drawn=True,
+        rollback_possible=True,
+    )  # fmt: skip
+    assert blockers(rollable, [caught]) == [
+        "m1 is faulted and its delta merged: awaiting the rollback"
+    ]
+    assert blockers(READY, [caught]) == []  # round w + 2 is open (or w is the last): money only
+    assert verdict_of(caught) is Verdict.FAULT
+    rolled_back = miner("MISMATCH", selected=True, audit="done", in_chain=False)
+    assert blockers(rollable, [rolled_back]) == []

@@ -13,8 +13,9 @@ writes the outcome, one transaction each:
 - :func:`next_to_finalize`: per running or stopped run, the oldest round not final yet (the
   daemon's finality service tries exactly those; rounds are final in order).
 
-The ledger is fed from the stored rows afterwards (:mod:`hypertrain.coordinator.ledgerfeed`),
-so a daemon stopped between the two catches up on start.
+The ledger is fed from the stored rows afterwards
+(:mod:`hypertrain.coordinator.services.ledgerfeed`), so a daemon stopped between the two catches
+up on start.
 """
 
 from __future__ import annotations
@@ -109,6 +110,13 @@ def _miner_facts(conn: sqlite3.Connection, run_id: str, w: int) -> list[tuple[Mi
     return out
 
 
+def _rollback_possible(conn: sqlite3.Connection, run_id: str, w: int) -> bool:
+    """Round ``w`` is not the run's last and round ``w + 2`` is not open (nor rolled back)."""
+    config = get_run(conn, run_id).config
+    last = config is not None and config.total_rounds is not None and w + 1 >= config.total_rounds
+    return not last and get_round_row(conn, run_id, w + 2) is None
+
+
 def plan_finalize(conn: sqlite3.Connection, run_id: str, w: int) -> FinalizePlan:
     """Round ``w``'s Finalize plan (module doc); raises NotFound or Conflict."""
     run = get_run(conn, run_id)
@@ -131,6 +139,7 @@ def plan_finalize(conn: sqlite3.Connection, run_id: str, w: int) -> FinalizePlan
         previous_final=w == 0 or get_final(conn, run_id, w - 1) is not None,
         applied=aggregation is not None,
         drawn=not auditors or draw_of(conn, run_id, w) is not None,
+        rollback_possible=_rollback_possible(conn, run_id, w),
     )
     miners = _miner_facts(conn, run_id, w)
     why = blockers(facts, [m for m, _ in miners])

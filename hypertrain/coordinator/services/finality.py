@@ -5,8 +5,8 @@
 next ones while they become final in turn) and by ``POST /v1/aggregator/runs/{id}/rounds/{w}/
 finalize`` (:meth:`Finality.record`, for an external aggregator's K_coord Finalize). Both store
 the Finalize in one write (:func:`~hypertrain.coordinator.flows.finalize.record_finalize`), then
-feed the ledger (:class:`~hypertrain.coordinator.ledgerfeed.LedgerFeed`, when the coordinator
-has one) and publish ``round_state`` ``{run_id, w, state: "FINAL", D, verdicts}``.
+feed the ledger (:class:`~hypertrain.coordinator.services.ledgerfeed.LedgerFeed`, when the
+coordinator has one) and publish ``round_state`` ``{run_id, w, state: "FINAL", D, verdicts}``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from hypertrain.coordinator.flows.finalize import (
     plan_finalize,
     record_finalize,
 )
-from hypertrain.coordinator.ledgerclock import LedgerClock
+from hypertrain.coordinator.services.ledgerclock import LedgerClock
 from hypertrain.protocol.envelope import NEVER, Envelope, seal
 from hypertrain.protocol.errors import Conflict, NotFound
 from hypertrain.protocol.messages import Finalize

@@ -22,7 +22,7 @@ import logging
 
 import attrs
 
-from hypertrain.coordinator.ledgerclock import LedgerClock
+from hypertrain.coordinator.services.ledgerclock import LedgerClock
 from hypertrain.coordinator.tables.finality import (
     FinalRow,
     mark_outcome_synced,
