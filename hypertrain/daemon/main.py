@@ -199,6 +199,9 @@ async def serve_daemon(
         ledger, ledger_clock = _open_ledger(config, chain_info)
         stack.callback(ledger.close)
         ctx.ledger = LedgerFeed(ledger, ledger_clock)
+        problems = await ctx.ledger.check(db)
+        if problems:
+            raise ConfigError(f"ledger: {problems[0]}")
         app_parts = AppParts.build(ctx, run_sync=offload_for(wall))
         ctx.beacon_observers.extend(app_parts.beacon_observers())
         app = create_app(ctx, app_parts)

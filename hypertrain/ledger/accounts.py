@@ -7,7 +7,7 @@ Every unit ever minted is in exactly one of three places, and :meth:`Accounts.ch
 
 How each event moves units (spec 8; ``acct`` is the hotkey's :class:`HotkeyAccount`):
 
-- ``verdict``: a TRANSIENT counts against ``(hotkey, epoch_of(at))``; past
+- ``verdict``: a TRANSIENT counts against ``(hotkey, transient_epoch or epoch_of(at))``; past
   ``forgive_per_epoch`` it is a FAULT. A FAULT blacklists the hotkey and burns every
   outstanding entitlement it holds (its escrow). The verdict waits for its round's finalize.
 - ``finalize``: mints ``B_w``, computes the slices (:mod:`hypertrain.ledger.rewards`). A MATCH
@@ -133,10 +133,8 @@ class Accounts:
     cursor: int = 0
     """Index of the first entitlement with units outstanding (all before it are settled)."""
     hotkeys: dict[str, HotkeyAccount] = attrs.field(factory=dict)
-    transient_epoch: int = -2
-    transients: dict[str, int] = attrs.field(factory=dict)
-    """TRANSIENT verdicts per hotkey in ``transient_epoch`` (``at`` never goes back, so older
-    epochs are never counted again)."""
+    transients: dict[tuple[str, int], int] = attrs.field(factory=dict)
+    """TRANSIENT verdicts per ``(hotkey, epoch)``."""
     rounds: dict[RoundKey, dict[str, RoundEntry]] = attrs.field(factory=dict)
     """Verdicts of rounds not finalized yet."""
     forgone: dict[SliceKey, int] = attrs.field(factory=dict)
@@ -235,11 +233,11 @@ class Accounts:
     def _verdict(self, event: VerdictEvent) -> None:
         verdict = event.verdict
         if verdict == "TRANSIENT":
-            epoch = self.params.epoch_of(event.at)
-            if epoch != self.transient_epoch:
-                self.transient_epoch, self.transients = epoch, {}
-            count = self.transients.get(event.hotkey, 0) + 1
-            self.transients[event.hotkey] = count
+            epoch = event.transient_epoch
+            if epoch is None:
+                epoch = self.params.epoch_of(event.at)
+            count = self.transients.get((event.hotkey, epoch), 0) + 1
+            self.transients[(event.hotkey, epoch)] = count
             if count > self.params.forgive_per_epoch:
                 verdict = "FAULT"
         if verdict == "FAULT":

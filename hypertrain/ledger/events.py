@@ -55,6 +55,13 @@ def _int(_instance: object, attribute: attrs.Attribute[int], value: int) -> None
     check_int(attribute.name, value)
 
 
+def _optional_count(
+    _instance: object, attribute: attrs.Attribute[int | None], value: int | None
+) -> None:
+    if value is not None:
+        check_count(attribute.name, value)
+
+
 def _positive(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     check_int(attribute.name, value, 1)
 
@@ -92,6 +99,9 @@ class VerdictEvent:
     tokens: int = attrs.field(validator=_count)
     soft_score_ppm: int = attrs.field(validator=_int)
     at: int = attrs.field(validator=_count)
+    transient_epoch: int | None = attrs.field(default=None, validator=_optional_count)
+    """For a TRANSIENT: the chain epoch its forgiveness counts in (the coordinator's rerun
+    epoch, so the store and the ledger forgive on one clock); None: ``epoch_of(at)``."""
 
 
 @attrs.frozen(kw_only=True)

@@ -136,8 +136,10 @@ class Ledger:
         tokens: int,
         soft_score_ppm: int,
         at: int,
+        transient_epoch: int | None = None,
     ) -> None:
-        """Record the verdict of a committed miner's round."""
+        """Record the verdict of a committed miner's round (``transient_epoch``: for a
+        TRANSIENT, the chain epoch its forgiveness counts in; default ``epoch_of(at)``)."""
         self._record(
             VerdictEvent(
                 run_id=run_id,
@@ -147,6 +149,7 @@ class Ledger:
                 tokens=tokens,
                 soft_score_ppm=soft_score_ppm,
                 at=at,
+                transient_epoch=transient_epoch,
             )
         )
 

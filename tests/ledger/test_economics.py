@@ -99,6 +99,20 @@ def test_transient_is_forgiven_once_per_epoch_then_faults(ledger: Ledger) -> Non
     assert not ledger.balance("u").blacklisted
 
 
+def test_a_transient_counts_in_the_epoch_the_coordinator_forgave_it_in(ledger: Ledger) -> None:
+    # Two TRANSIENTs rerun in epochs 3 and 4 but finalised together in epoch 0: both forgiven,
+    # as the coordinator forgave them (DESIGN.md 9: one clock for the store and the ledger).
+    for w, (hotkey, epoch) in enumerate([("t", 3), ("t", 4), ("u", 5), ("u", 5)]):
+        at = 1050 + w
+        ledger.commit(RUN, w, "a", at)
+        ledger.commit(RUN, w, hotkey, at)
+        ledger.verdict(RUN, w, "a", "MATCH", 100, 0, at)
+        ledger.verdict(RUN, w, hotkey, "TRANSIENT", 100, 0, at, transient_epoch=epoch)
+        ledger.finalize(RUN, w, at)
+    assert not ledger.balance("t").blacklisted
+    assert ledger.balance("u").blacklisted  # twice in epoch 5: the second one faults
+
+
 def test_no_forgiveness_when_forgive_per_epoch_is_0(tmp_path: Path) -> None:
     with Ledger.open(tmp_path, make_params(forgive_per_epoch=0)) as ledger:
         play_round(ledger, 0, {"t": ("TRANSIENT", 100, 0)}, 1050)

@@ -109,7 +109,8 @@ async def _hostile_requests(
     assert unauthorised.status_code == 401
     # get_weights: bad parameters are 400 naming them; an earlier epoch is out of order
     weights = "/internal/v1/get_weights"
-    for query in ("", "?epoch=x", "?epoch=-1", f"?epoch={2**53}", "?epoch=1&epoch_at=1.5"):
+    future = (f"?epoch={epoch + 2}", f"?epoch={2**53 - 1}", f"?epoch=0&epoch_at={2**53 - 1}")
+    for query in ("", "?epoch=x", "?epoch=-1", f"?epoch={2**53}", "?epoch=1&epoch_at=1.5", *future):
         r = await client.get(weights + query, headers=internal)
         assert r.status_code == 400, (query, r.text)
         assert "epoch" in r.json()["detail"]

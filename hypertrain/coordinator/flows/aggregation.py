@@ -31,6 +31,7 @@ import attrs
 from attrs import frozen
 
 from hypertrain.aggregator.step import MergeInputs, Step
+from hypertrain.aggregator.tape import parse_signed_tape
 from hypertrain.beacon.ingest import latest_round
 from hypertrain.coordinator.flows.roundopen import (
     parse_manifest,
@@ -194,6 +195,12 @@ def commit_step(
     d_upload = row.deadlines.d_upload
     if d < d_upload:
         raise Conflict(f"round {w} cannot be aggregated before d_upload = {d_upload} (D = {d})")
+    if w > 0:
+        previous = get_aggregation(conn, run_id, w - 1)
+        prev_state = parse_signed_tape(step.objects[-1]).body.prev_state
+        if previous is None or previous.out_state != prev_state:
+            # round w - 1 was rolled back meanwhile (POST .../rollback): merge again from it
+            raise Conflict(f"round {w}'s merge does not start from round {w - 1}'s applied state")
     for info in stored:
         record_object(conn, info, now)
     insert_aggregation(

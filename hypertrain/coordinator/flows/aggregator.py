@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from typing import Any
 
@@ -17,7 +18,7 @@ from hypertrain.coordinator.flows.finalize import plan_finalize
 from hypertrain.coordinator.flows.rollback import rollback_causes
 from hypertrain.coordinator.flows.roundopen import TEMPLATE_FIELDS, plan_round, store_round_open
 from hypertrain.coordinator.flows.roundview import round_facts
-from hypertrain.coordinator.tables.finality import get_final
+from hypertrain.coordinator.tables.finality import get_final, get_rollback
 from hypertrain.coordinator.tables.rounds import RoundRow, get_round_row
 from hypertrain.coordinator.tables.runs import active_roster, get_run, next_round_w
 from hypertrain.protocol.converter import unstructure
@@ -103,6 +104,18 @@ def apply_aggregate(conn: sqlite3.Connection, run_id: str, w: int, verified: Ver
     assert isinstance(body, RoundOpen)
     if body.d_open < d:
         raise Conflict(f"d_open {body.d_open} is before D = {d}")
+    rollback = get_rollback(conn, run_id, w - 1) if w > 0 else None
+    if rollback is not None:  # rounds w - 1 and w were recomputed: open from the corrected state
+        corrected = json.loads(rollback.envelope)["body"]
+        for name, key in (
+            ("theta_hash", "new_theta_hash_w2"),
+            ("outer_state_hash", "new_outer_state_hash"),
+        ):
+            if getattr(body, name) != corrected[key]:
+                raise ContractMismatch(
+                    f"RoundOpen.{name} is {getattr(body, name)}, but round {w - 1} was rolled"
+                    f" back: round {w + 1} opens from {corrected[key]}"
+                )
     plan = plan_round(conn, run, active_roster(conn, run_id), w + 1, body.d_open)
     wanted = plan.template_json()
     got = unstructure(body)

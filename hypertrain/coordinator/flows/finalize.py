@@ -30,7 +30,13 @@ from hypertrain.coordinator.flows.roundopen import parse_manifest
 from hypertrain.coordinator.flows.softscores import round_soft_scores
 from hypertrain.coordinator.tables.audits import draw_of, jobs_of_round
 from hypertrain.coordinator.tables.disputes import disputes_of_round
-from hypertrain.coordinator.tables.finality import FinalRow, get_final, insert_final, last_final_w
+from hypertrain.coordinator.tables.finality import (
+    FinalRow,
+    get_final,
+    insert_final,
+    last_final_w,
+    queue_outcome,
+)
 from hypertrain.coordinator.tables.miners import miner_details
 from hypertrain.coordinator.tables.rounds import get_round_row
 from hypertrain.coordinator.tables.runs import get_run, list_runs, next_round_w
@@ -42,6 +48,7 @@ from hypertrain.rounds.finality import (
     Entry,
     MinerFacts,
     RoundFacts,
+    Verdict,
     blockers,
     entitlements_root,
     included,
@@ -111,10 +118,11 @@ def _miner_facts(conn: sqlite3.Connection, run_id: str, w: int) -> list[tuple[Mi
 
 
 def _rollback_possible(conn: sqlite3.Connection, run_id: str, w: int) -> bool:
-    """Round ``w`` is not the run's last and round ``w + 2`` is not open (nor rolled back)."""
+    """Round ``w`` can still be rolled back: it is not the run's last round and round ``w + 1``
+    is not merged yet (the rollback comes with that merge; a fault found later is money only)."""
     config = get_run(conn, run_id).config
     last = config is not None and config.total_rounds is not None and w + 1 >= config.total_rounds
-    return not last and get_round_row(conn, run_id, w + 2) is None
+    return not last and get_aggregation(conn, run_id, w + 1) is None
 
 
 def plan_finalize(conn: sqlite3.Connection, run_id: str, w: int) -> FinalizePlan:
@@ -184,7 +192,23 @@ def record_finalize(
         ledger_synced=False,
     )
     insert_final(conn, row)
+    for hotkey in _won_before_finality(conn, envelope.run_id, body.w, plan.entries):
+        queue_outcome(conn, envelope.run_id, body.w, hotkey, "vindicate", row.final_round)
     return plan, row
+
+
+def _won_before_finality(
+    conn: sqlite3.Connection, run_id: str, w: int, entries: tuple[Entry, ...]
+) -> list[str]:
+    """NO_UPLOAD miners whose dispute the auditor lost before the round was final: their delta
+    was rolled out while contested, so the forgone slice is theirs again (vindicate, spec 8)."""
+    no_upload = {e.hotkey for e in entries if e.verdict == Verdict.NO_UPLOAD}
+    won = []
+    for dispute in disputes_of_round(conn, run_id, w):
+        lost_by = (dispute.outcome or {}).get("loser_role")
+        if dispute.state == "resolved" and lost_by == "auditor" and dispute.hotkey in no_upload:
+            won.append(dispute.hotkey)
+    return sorted(set(won))
 
 
 def next_to_finalize(conn: sqlite3.Connection) -> list[tuple[str, int]]:

@@ -50,6 +50,7 @@ from hypertrain.coordinator.flows.aggregation import (
 )
 from hypertrain.coordinator.flows.rollback import rollback_causes, rollback_rewrite
 from hypertrain.coordinator.services.finality import Finality
+from hypertrain.protocol.errors import Conflict
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
 from hypertrain.store import ObjectStore
@@ -89,7 +90,10 @@ class AggregatorService:
             latest = self.ctx.beacon.latest
             for item in due:
                 if latest >= item.d_upload:
-                    await self.step(item)
+                    try:
+                        await self.step(item)
+                    except Conflict as e:  # the round changed under the merge: next pass
+                        log.info("run %s round %d: %s", item.run_id, item.w, e.detail)
             await self.finality.finalize_due()
             target = latest + 1  # finality may become possible at any round (a late verdict)
             deadline = min(

@@ -24,8 +24,9 @@ from hypertrain.coordinator.flows.finalize import (
     record_finalize,
 )
 from hypertrain.coordinator.services.ledgerclock import LedgerClock
+from hypertrain.ledger import LedgerError
 from hypertrain.protocol.envelope import NEVER, Envelope, seal
-from hypertrain.protocol.errors import Conflict, NotFound
+from hypertrain.protocol.errors import Conflict, ContractMismatch, NotFound
 from hypertrain.protocol.messages import Finalize
 
 __all__ = ["Finality"]
@@ -58,10 +59,13 @@ class Finality:
         ctx = self.ctx
         at, marks = self._time()
         plan, _row = await ctx.db.write(record_finalize, envelope, body, at, marks)
-        if ctx.ledger is not None:
-            await ctx.ledger.sync(ctx.db)
         log.info("run %s round %d final: %s", plan.run_id, plan.w, plan.verdicts_json())
         ctx.events.publish("round_state", self.event(plan))
+        if ctx.ledger is not None:
+            try:
+                await ctx.ledger.sync(ctx.db)
+            except LedgerError as e:  # the Finalize is stored: the feed tries again later
+                log.error("ledger feed after round %d of run %s: %s", plan.w, plan.run_id, e)
         return plan
 
     def event(self, plan: FinalizePlan) -> dict[str, Any]:
@@ -94,6 +98,11 @@ class Finality:
                 self._blocked.pop((run_id, w), None)
                 body = plan.body()
                 envelope = seal(ctx.coord_keypair(), "Finalize", run_id, body, NEVER)
-                done.append(await self.record(envelope, body))
+                try:
+                    done.append(await self.record(envelope, body))
+                except (Conflict, ContractMismatch) as e:
+                    # finalised (or changed) meanwhile by a posted Finalize: look again next pass
+                    log.info("round %d of run %s: %s", w, run_id, e.detail)
+                    break
                 w += 1
         return done

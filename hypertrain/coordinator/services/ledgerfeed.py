@@ -22,9 +22,11 @@ import logging
 
 import attrs
 
+from hypertrain.coordinator.flows.rerun import reruns_of_round
 from hypertrain.coordinator.services.ledgerclock import LedgerClock
 from hypertrain.coordinator.tables.finality import (
     FinalRow,
+    last_synced,
     mark_outcome_synced,
     mark_synced,
     unsynced_finals,
@@ -54,12 +56,27 @@ class LedgerFeed:
         ledger_round = self.clock.round_of(at)
         return (ledger_round, *self.clock.marks(ledger_round))
 
+    async def check(self, db: Database) -> list[str]:
+        """What the database says the journal holds and it does not (empty: they agree): a
+        journal replaced by an older copy or a fresh one would otherwise refuse every later
+        finalize (rounds finalise in order) and wedge the feed. The daemon refuses to start."""
+        problems = []
+        for run_id, w in sorted((await db.read(last_synced)).items()):
+            if not self.ledger.is_finalized(run_id, w):
+                problems.append(
+                    f"round {w} of run {run_id} was fed to the ledger, but {self.ledger.path}"
+                    " does not hold it (a journal replaced or lost?)"
+                )
+        return problems
+
     async def sync(self, db: Database) -> list[FinalRow]:
         """Feed every unsynced final round, then every post-final outcome, to the ledger
         (module doc); returns the rounds."""
         rows = await db.read(unsynced_finals)
         for row in rows:
-            at = self._apply(row)
+            reruns = await db.read(reruns_of_round, row.run_id, row.w)
+            epochs = {hotkey: int(r["epoch"]) for hotkey, r in reruns.items()}
+            at = self._apply(row, epochs)
             await db.write(mark_synced, row.run_id, row.w, at, self.marks(at))
         for run_id, w, hotkey, action, d in await db.read(unsynced_outcomes):
             at = self.event_time(d)
@@ -71,7 +88,9 @@ class LedgerFeed:
             await db.write(mark_outcome_synced, run_id, w, hotkey)
         return rows
 
-    def _apply(self, row: FinalRow) -> int:
+    def _apply(self, row: FinalRow, rerun_epochs: dict[str, int]) -> int:
+        """Feed one final round; ``rerun_epochs``: the chain epoch of each miner's rerun, where
+        the coordinator counted a TRANSIENT's forgiveness (the ledger counts it there too)."""
         ledger, run_id, w = self.ledger, row.run_id, row.w
         done = ledger.finalized_at(run_id, w)
         if done is not None:
@@ -90,6 +109,7 @@ class LedgerFeed:
                     entry.tokens,
                     entry.soft_score_ppm,
                     at,
+                    rerun_epochs.get(entry.hotkey) if entry.verdict == "TRANSIENT" else None,
                 )
         ledger.finalize(run_id, w, at)
         log.info(

@@ -31,6 +31,7 @@ __all__ = [
     "insert_final",
     "insert_rollback",
     "last_final_w",
+    "last_synced",
     "mark_outcome_synced",
     "mark_synced",
     "queue_outcome",
@@ -157,6 +158,14 @@ def unsynced_finals(conn: sqlite3.Connection) -> list[FinalRow]:
         f"SELECT {_FINAL_COLUMNS} FROM finalizations WHERE ledger_synced = 0 ORDER BY run_id, w"
     )
     return [_final(row) for row in rows]
+
+
+def last_synced(conn: sqlite3.Connection) -> dict[str, int]:
+    """``run_id -> w`` of each run's newest final round the ledger was fed."""
+    rows = conn.execute(
+        "SELECT run_id, MAX(w) FROM finalizations WHERE ledger_synced = 1 GROUP BY run_id"
+    )
+    return {str(run_id): int(w) for run_id, w in rows}
 
 
 def mark_synced(

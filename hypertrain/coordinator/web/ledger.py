@@ -5,9 +5,11 @@ without or wrong, 503 when its file is missing; ``X-Platform-Challenge-Slug`` mu
 slug, else 403): the ledger's canonical answer bytes for chain epoch ``E``, always 200 once
 authorised (empty weights while nothing vested; an out-of-order request answers with reason
 ``out_of_order`` and pays nothing). ``epoch_at`` defaults to ``genesis + (E + 1) *
-epoch_seconds``, the epoch's end. Both are integers in ``[0, 2^53-1]`` (400 naming the
-parameter otherwise). A repeated request for an answered epoch returns the stored bytes. 503
-when the coordinator has no ledger. Final rounds not yet in the ledger are fed to it first.
+epoch_seconds``, the epoch's end. Both are integers in ``[0, 2^53-1]``, and at most
+:data:`FUTURE_EPOCHS` ahead of the chain's current epoch (400 naming the parameter
+otherwise). A repeated request for an answered epoch returns the stored bytes. 503 when the
+coordinator has no ledger; 409 if the ledger refuses. Final rounds not yet in the ledger are fed
+to it first.
 
 ``POST /v1/admin/runs/{id}/clawback`` (admin) ``{hotkey, units}``: burn up to ``units`` of the
 hotkey's outstanding escrow, the rest becomes debt repaid from its later grants (spec 8; paid
@@ -42,6 +44,11 @@ __all__ = ["WEIGHTS_ROUTE", "ClawbackRequest", "int_arg", "register"]
 
 WEIGHTS_ROUTE: Final = "/internal/v1/get_weights"
 _MAX_DIGITS: Final = 16  # 2^53 - 1 has 16 digits
+FUTURE_EPOCHS: Final = 1
+"""How far ahead of the chain's current epoch (by D's chain time) an answer may be asked for:
+the Cortex master asks for the epoch that is ending, so one epoch of slack covers a beacon
+behind the wall clock. Further ahead is a 400: an answer once given is final, and a far-future
+``epoch_at`` would make every later event wait for it."""
 
 
 @frozen
@@ -76,10 +83,27 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         feed = ctx.ledger
         if feed is None:
             raise NotConfigured("the ledger is not open on this coordinator")
+        clock = feed.clock
+        now = clock.time_of_drand(ctx.beacon.latest)
+        current = clock.params.epoch_of(now)
+        if epoch > current + FUTURE_EPOCHS:
+            raise Malformed(
+                f"epoch: {epoch} is in the future (the chain is in epoch {current}, D ="
+                f" {ctx.beacon.latest})"
+            )
         if epoch_at is None:
-            epoch_at = feed.clock.start_of_epoch(epoch + 1)
+            epoch_at = clock.start_of_epoch(epoch + 1)
+        latest_at = clock.start_of_epoch(current + FUTURE_EPOCHS + 1)
+        if epoch_at > latest_at:
+            raise Malformed(
+                f"epoch_at: {epoch_at} is in the future (the chain's time is {now}; at most"
+                f" {latest_at})"
+            )
         await feed.sync(ctx.db)
-        answer = feed.ledger.get_weights(epoch, epoch_at, int(ctx.wall.now()))
+        try:
+            answer = feed.ledger.get_weights(epoch, epoch_at, int(ctx.wall.now()))
+        except LedgerRefused as e:
+            raise Conflict(f"get_weights refused: {e}") from e
         return Response(answer, status=200, content_type="application/json")
 
     async def post_clawback(run_id: str) -> Response:

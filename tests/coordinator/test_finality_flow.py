@@ -1,0 +1,78 @@
+"""The finality flow's reads on a real database: when a rollback is still possible, and the
+ledger feed's start check against the journal (review findings of issue 15)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from hypertrain.beacon.chain import ChainInfo
+from hypertrain.coordinator.flows.finalize import _rollback_possible
+from hypertrain.coordinator.services.ledgerclock import LedgerClock
+from hypertrain.coordinator.services.ledgerfeed import LedgerFeed
+from hypertrain.coordinator.settings import CoordinatorSettings
+from hypertrain.coordinator.tables.finality import FinalRow, insert_final
+from hypertrain.coordinator.tables.runs import insert_run, set_config
+from hypertrain.ledger import Ledger
+from hypertrain.rounds.deadlines import RunConfig
+from hypertrain.store import Database, open_database
+from nurseries import FixedClock
+from tests.coordinator.lifecycle_support import sealed
+
+RUN = "ab" * 32
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[Database]:
+    async with open_database(tmp_path / "state.db", wall_clock=FixedClock(0.0)) as database:
+        yield database
+
+
+def _run(conn: sqlite3.Connection, total: int | None) -> None:
+    insert_run(conn, RUN, str(sealed()), 1, 0)
+    set_config(conn, RUN, RunConfig(train_rounds=5, final_after_upload=2, total_rounds=total))
+
+
+def _merged(conn: sqlite3.Connection, *rounds: int) -> None:
+    for w in rounds:
+        conn.execute(
+            "INSERT INTO aggregations VALUES (?, ?, 'tape', 'out', ?, 'th', 1.0, 0, 9, '[]')",
+            (RUN, w, f"{w + 1:064x}"),
+        )
+
+
+async def test_a_round_can_be_rolled_back_only_until_the_next_round_is_merged(
+    db: Database,
+) -> None:
+    await db.write(_run, 4)
+    await db.write(_merged, 0)
+    assert await db.read(_rollback_possible, RUN, 0)  # round 1 not merged: its merge rolls back
+    await db.write(_merged, 1)
+    assert not await db.read(_rollback_possible, RUN, 0)  # a fault found now is money only
+    # Round 2 of 4: round 3 is the last and is never followed by a round 4 to open; a late
+    # fault in round 2 once round 3 is merged must not hold finality forever.
+    await db.write(_merged, 2)
+    assert await db.read(_rollback_possible, RUN, 2)
+    await db.write(_merged, 3)
+    assert not await db.read(_rollback_possible, RUN, 2)
+    assert not await db.read(_rollback_possible, RUN, 3)  # the last round: nothing follows
+
+
+def _final(conn: sqlite3.Connection, w: int) -> None:
+    insert_final(conn, FinalRow(RUN, w, "{}", (), 10, 100, 0, 11, 12, ledger_synced=True))
+
+
+async def test_the_feed_refuses_a_journal_behind_the_database(db: Database, tmp_path: Path) -> None:
+    settings = CoordinatorSettings(state_dir=tmp_path / "state")
+    chain = ChainInfo(public_key="00" * 96, period_ms=1000, genesis_ms=1_000_000, hash="11" * 32)
+    clock = LedgerClock.of(settings, chain)
+    await db.write(_run, None)
+    with Ledger.open(settings.state_dir, clock.params) as ledger:
+        feed = LedgerFeed(ledger, clock)
+        assert await feed.check(db) == []
+        await db.write(_final, 0)  # the database says round 0 was fed; the journal is fresh
+        (problem,) = await feed.check(db)
+        assert problem.startswith(f"round 0 of run {RUN} was fed to the ledger, but ")
