@@ -14,7 +14,6 @@ without a daemon.
 
 from __future__ import annotations
 
-import io
 import itertools
 from pathlib import Path
 from typing import Any
@@ -35,22 +34,17 @@ from hypertrain.aggregator.remote_plan import (
     final_retry_round,
     run_facts,
 )
-from hypertrain.auditor.progress import Progress as AuditorProgress
-from hypertrain.auditor.session import Options, run_auditor
 from hypertrain.beacon import ChainInfo
 from hypertrain.cli.aggregate import _report
 from hypertrain.daemon.services import SERVICES
 from hypertrain.datasets.pin import pin_async
 from hypertrain.miner.honeypot import HoneypotMode
-from hypertrain.miner.progress import Progress
-from hypertrain.miner.session import run_miner
 from hypertrain.protocol.envelope import NEVER, seal, verify
 from hypertrain.protocol.errors import Malformed
 from hypertrain.protocol.hashes import honeypot_commit
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import Beacon, RunManifest
 from hypertrain.rounds.finality import Entry, Verdict, entitlements_root
-from nurseries import run_inline
 from nurseries.testing import open_asgi_transport
 from tests.aggregator.test_remote import (
     FAST_RETRY,
@@ -63,13 +57,13 @@ from tests.aggregator.test_remote import (
 from tests.coordinator.harness import ADMIN_TOKEN, WORKER_TOKEN, admin_headers, write_secret
 from tests.daemon.support import running_daemon
 from tests.miner.conftest import coord, data_dir, run_manifest  # noqa: F401 (fixtures)
+from tests.miner.network_support import audit, mine
 from tests.miner.rounds_support import set_total_rounds
 from tests.miner.test_against_the_daemon import (
     API,
     COORD,
     MINERS,
     OWNER,
-    _config,
     _launch,
     _settings,
 )
@@ -102,15 +96,7 @@ async def _mine(tmp_path: Path, data_dir: Path, transport: httpx.AsyncBaseTransp
     """Every miner for ``ROUNDS`` rounds, concurrently (each exits 0)."""
 
     async def one(key: Keypair) -> None:
-        summary = await run_miner(
-            _config(tmp_path, key, data_dir),
-            key,
-            rounds=ROUNDS,
-            start=0,
-            transport=transport,
-            progress=Progress(io.StringIO()),
-            configure=lambda env: None,
-        )
+        summary = await mine(tmp_path, key, data_dir, transport, rounds=ROUNDS)
         assert summary.exit_code == 0, key.ss58
 
     async with trio.open_nursery() as nursery:
@@ -270,37 +256,18 @@ async def test_audited_rounds_are_final_with_the_servers_verdicts(
         objects_dir = tmp_path / "state" / "objects"
         run_id = await _audited_run(client, run_manifest, data_dir, objects_dir)
 
-        async def mine(key: Keypair, mode: HoneypotMode) -> None:
-            await run_miner(
-                _config(tmp_path, key, data_dir),
-                key,
-                rounds=ROUNDS,
-                start=0,
-                mode=mode,
-                transport=transport,
-                progress=Progress(io.StringIO()),
-                configure=lambda env: None,
-            )
+        async def miner(key: Keypair, mode: HoneypotMode) -> None:
+            await mine(tmp_path, key, data_dir, transport, rounds=ROUNDS, mode=mode)
 
-        async def audit() -> None:
-            options = Options(
-                api=API, run_id=run_id, token=WORKER_TOKEN, keypair=AUDITOR, data_dir=tmp_path / "a"
-            )
-            await run_auditor(
-                options,
-                stop=finished.wait,
-                transport=transport,
-                configure=lambda env: None,
-                progress=AuditorProgress(err=io.StringIO()),
-                run_sync=run_inline,
-            )
+        async def auditor() -> None:
+            await audit(tmp_path / "a", run_id, AUDITOR, transport, finished.wait)
 
         with trio.fail_after(AUDITED_TIMEOUT):
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(audit)
+                nursery.start_soon(auditor)
                 for key in MINERS:
-                    nursery.start_soon(mine, key, HoneypotMode.HONEST)
-                nursery.start_soon(mine, HONEYPOT, HoneypotMode.NOISE)
+                    nursery.start_soon(miner, key, HoneypotMode.HONEST)
+                nursery.start_soon(miner, HONEYPOT, HoneypotMode.NOISE)
                 code = await _aggregate(_forever(_args(tmp_path, run_id)), transport)
                 finished.set()
         views = await _views(client, run_id, ROUNDS)

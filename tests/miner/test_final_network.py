@@ -19,7 +19,6 @@ round 0 back (and round 1 with it), and round 2 opens from the corrected theta. 
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -30,21 +29,17 @@ import trio
 import trio.testing
 
 from hypertrain.aggregator.tape import parse_signed_tape
-from hypertrain.auditor.progress import Progress as AuditorProgress
-from hypertrain.auditor.session import Options, run_auditor
 from hypertrain.miner.honeypot import HoneypotMode
-from hypertrain.miner.progress import Progress
-from hypertrain.miner.session import run_miner
 from hypertrain.protocol.envelope import NEVER, seal, verify
 from hypertrain.protocol.hashes import honeypot_commit
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
 from hypertrain.rounds.finality import Entry, Verdict, entitlements_root
-from nurseries import run_inline
 from nurseries.testing import open_asgi_transport
 from tests.coordinator.harness import WORKER_TOKEN, admin_headers, write_secret
 from tests.daemon.support import running_daemon
-from tests.miner.test_against_the_daemon import API, COORD, MINERS, _config, _settings
+from tests.miner.network_support import audit, mine
+from tests.miner.test_against_the_daemon import API, COORD, MINERS, _settings
 from tests.miner.test_audited_network import AUDITOR, create_audited_run
 
 ROUNDS = 3
@@ -179,39 +174,20 @@ async def test_rounds_become_final_a_caught_delta_is_rolled_back_and_the_honest_
         await _put(client, f"{base}/honeypot", {"commitment": commitment})
         await _put(client, f"{base}/paused", {"paused": False})
 
-        async def mine(key: Keypair, mode: HoneypotMode) -> None:
-            await run_miner(
-                _config(tmp_path, key, data_dir),
-                key,
-                rounds=ROUNDS,
-                start=0,
-                mode=mode,
-                transport=transport,
-                progress=Progress(io.StringIO()),
-                configure=lambda env: None,
-            )
+        async def miner(key: Keypair, mode: HoneypotMode) -> None:
+            await mine(tmp_path, key, data_dir, transport, rounds=ROUNDS, mode=mode)
 
-        async def audit() -> None:
-            options = Options(
-                api=API, run_id=run_id, token=WORKER_TOKEN, keypair=AUDITOR, data_dir=tmp_path / "a"
-            )
-            await run_auditor(
-                options,
-                stop=finished.wait,
-                transport=transport,
-                configure=lambda env: None,
-                progress=AuditorProgress(err=io.StringIO()),
-                run_sync=run_inline,
-            )
+        async def auditor() -> None:
+            await audit(tmp_path / "a", run_id, AUDITOR, transport, finished.wait)
 
         released: list[dict[str, Any]] = []
         with trio.fail_after(RUN_TIMEOUT):
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(audit)
+                nursery.start_soon(auditor)
                 async with trio.open_nursery() as miners:
                     for key in MINERS:
-                        miners.start_soon(mine, key, HoneypotMode.HONEST)
-                    miners.start_soon(mine, HONEYPOT, HoneypotMode.NOISE)
+                        miners.start_soon(miner, key, HoneypotMode.HONEST)
+                    miners.start_soon(miner, HONEYPOT, HoneypotMode.NOISE)
                 while True:
                     views = await _views(client, run_id)
                     if all(v["state"] == "RELEASED" for v in views):

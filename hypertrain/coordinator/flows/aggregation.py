@@ -108,6 +108,19 @@ class AggregationRow:
     inputs: tuple[str, ...] | None
     """The hotkeys the applied tape merged, sorted; None for a row from before migration 0014."""
 
+    @classmethod
+    def of(cls, step: Step) -> AggregationRow:
+        """The row of a computed step."""
+        return cls(
+            step.tape_key,
+            step.out_state,
+            step.theta_start_sha256,
+            step.theta_hash,
+            step.update_norm,
+            step.clipped,
+            step.inputs,
+        )
+
 
 def get_aggregation(conn: sqlite3.Connection, run_id: str, w: int) -> AggregationRow | None:
     """The daemon's aggregation of round ``w``, or None."""
@@ -203,21 +216,7 @@ def commit_step(
             raise Conflict(f"round {w}'s merge does not start from round {w - 1}'s applied state")
     for info in stored:
         record_object(conn, info, now)
-    insert_aggregation(
-        conn,
-        run_id,
-        w,
-        AggregationRow(
-            step.tape_key,
-            step.out_state,
-            step.theta_start_sha256,
-            step.theta_hash,
-            step.update_norm,
-            step.clipped,
-            step.inputs,
-        ),
-        d,
-    )
+    insert_aggregation(conn, run_id, w, AggregationRow.of(step), d)
     opener = step if rewrite is None else rewrite(conn)
     if not open_next:
         return None

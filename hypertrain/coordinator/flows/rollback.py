@@ -60,7 +60,6 @@ from hypertrain.store.keys import ObjectInfo
 
 __all__ = [
     "RollbackRequest",
-    "aggregation_row",
     "record_external_rollback",
     "record_rollback",
     "rollback_causes",
@@ -108,19 +107,6 @@ def _rewrite(conn: sqlite3.Connection, run_id: str, w: int, row: AggregationRow)
     )
 
 
-def aggregation_row(step: Step) -> AggregationRow:
-    """The ``aggregations`` row of a computed step."""
-    return AggregationRow(
-        step.tape_key,
-        step.out_state,
-        step.theta_start_sha256,
-        step.theta_hash,
-        step.update_norm,
-        step.clipped,
-        step.inputs,
-    )
-
-
 def record_rollback(
     conn: sqlite3.Connection,
     rollback: RollbackStep,
@@ -137,7 +123,7 @@ def record_rollback(
     if rollback_causes(conn, run_id, w) != causes:
         raise Conflict(f"the faults of round {w} changed while its rollback was computed")
     for step in rollback.steps:
-        _rewrite(conn, run_id, step.w, aggregation_row(step))
+        _rewrite(conn, run_id, step.w, AggregationRow.of(step))
     insert_rollback(
         conn,
         RollbackRow(

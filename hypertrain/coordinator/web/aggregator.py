@@ -69,7 +69,7 @@ from hypertrain.coordinator.flows.taperecord import (
 from hypertrain.coordinator.web.auth import require_admin
 from hypertrain.coordinator.web.http import json_response, read_json
 from hypertrain.protocol.converter import structure
-from hypertrain.protocol.envelope import check_shape, verify
+from hypertrain.protocol.envelope import Verified, check_shape, verify
 from hypertrain.protocol.errors import Conflict, Malformed
 from hypertrain.protocol.messages import Finalize, Rollback
 from hypertrain.trainer.state import pack_state
@@ -96,18 +96,21 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         require_admin(ctx)
         return json_response(await ctx.db.read(inputs_view, run_id, w, _d_open_arg()))
 
-    async def post_aggregate(run_id: str, w: int) -> Response:
-        require_admin(ctx)
+    def coord_verified(raw: object, run_id: str, kind: str, what: str = "") -> Verified:
+        """``raw`` as a K_coord envelope of type ``kind`` for the run (400/401/403 else)."""
+        if check_shape(raw).type != kind:
+            raise Malformed(f"{what}expected a K_coord {kind} envelope")
         coord = ctx.coord_keypair().ss58
-        raw = await read_json(ctx)
-        if check_shape(raw).type != "RoundOpen":
-            raise Malformed("expected a K_coord RoundOpen envelope")
-        verified = verify(
+        return verify(
             raw,
             expected_run_id=run_id,
             now_round=ctx.beacon.latest,
             signer_allowed=lambda _type, signer: signer == coord,
         )
+
+    async def post_aggregate(run_id: str, w: int) -> Response:
+        require_admin(ctx)
+        verified = coord_verified(await read_json(ctx), run_id, "RoundOpen")
         opened = await ctx.db.write(apply_aggregate, run_id, w, verified)
         ctx.events.publish(
             "round_state",
@@ -155,16 +158,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
 
     async def post_finalize(run_id: str, w: int) -> Response:
         require_admin(ctx)
-        coord = ctx.coord_keypair().ss58
-        raw = await read_json(ctx)
-        if check_shape(raw).type != "Finalize":
-            raise Malformed("expected a K_coord Finalize envelope")
-        verified = verify(
-            raw,
-            expected_run_id=run_id,
-            now_round=ctx.beacon.latest,
-            signer_allowed=lambda _type, signer: signer == coord,
-        )
+        verified = coord_verified(await read_json(ctx), run_id, "Finalize")
         body = verified.message
         assert isinstance(body, Finalize)
         if body.w != w:
@@ -174,16 +168,8 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
 
     async def post_rollback(run_id: str, w: int) -> Response:
         require_admin(ctx)
-        coord = ctx.coord_keypair().ss58
         wanted = structure(RollbackRequest, await read_json(ctx))
-        if check_shape(wanted.rollback).type != "Rollback":
-            raise Malformed("rollback: expected a K_coord Rollback envelope")
-        verified = verify(
-            wanted.rollback,
-            expected_run_id=run_id,
-            now_round=ctx.beacon.latest,
-            signer_allowed=lambda _type, signer: signer == coord,
-        )
+        verified = coord_verified(wanted.rollback, run_id, "Rollback", "rollback: ")
         body = verified.message
         assert isinstance(body, Rollback)
         if body.w != w:
