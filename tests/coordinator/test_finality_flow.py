@@ -1,8 +1,10 @@
-"""The finality flow's reads on a real database: when a rollback is still possible, and the
-ledger feed's start check against the journal (review findings of issue 15)."""
+"""The finality flow's reads on a real database: when a rollback is still possible, who is
+vindicated at finality, and the ledger feed's start check against the journal (review findings
+of issue 15)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -10,14 +12,16 @@ from pathlib import Path
 import pytest
 
 from hypertrain.beacon.chain import ChainInfo
-from hypertrain.coordinator.flows.finalize import _rollback_possible
+from hypertrain.coordinator.flows.finalize import _rollback_possible, _won_before_finality
 from hypertrain.coordinator.services.ledgerclock import LedgerClock
 from hypertrain.coordinator.services.ledgerfeed import LedgerFeed
 from hypertrain.coordinator.settings import CoordinatorSettings
 from hypertrain.coordinator.tables.finality import FinalRow, insert_final
 from hypertrain.coordinator.tables.runs import insert_run, set_config
 from hypertrain.ledger import Ledger
+from hypertrain.protocol.hashes import sha256_hex
 from hypertrain.rounds.deadlines import RunConfig
+from hypertrain.rounds.finality import Entry, Verdict
 from hypertrain.store import Database, open_database
 from nurseries import FixedClock
 from tests.coordinator.lifecycle_support import sealed
@@ -76,3 +80,42 @@ async def test_the_feed_refuses_a_journal_behind_the_database(db: Database, tmp_
         await db.write(_final, 0)  # the database says round 0 was fed; the journal is fresh
         (problem,) = await feed.check(db)
         assert problem.startswith(f"round 0 of run {RUN} was fed to the ledger, but ")
+
+
+def _dispute(conn: sqlite3.Connection, hotkey: str, loser_role: str | None, state: str) -> None:
+    conn.execute(
+        "INSERT OR IGNORE INTO rounds VALUES (?, 0, '{}', 1, 2, 3, 4, 5, 6, 0, '{}', 1, NULL)",
+        (RUN,),
+    )
+    conn.execute("INSERT INTO miners (run_id, w, hotkey, slot) VALUES (?, 0, ?, 0)", (RUN, hotkey))
+    outcome = None if loser_role is None else json.dumps({"loser_role": loser_role})
+    conn.execute(
+        "INSERT INTO disputes (dispute_id, run_id, w, hotkey, auditor, job_id, verdict_hash,"
+        " action, state, outcome, envelope, opened_round) VALUES (?, ?, 0, ?, 'a', 'j', ?,"
+        " 'contest', ?, ?, '{}', 1)",
+        (
+            sha256_hex(hotkey.encode()),
+            RUN,
+            hotkey,
+            sha256_hex(b"v" + hotkey.encode()),
+            state,
+            outcome,
+        ),
+    )
+
+
+async def test_a_rolled_out_miner_that_won_its_dispute_before_finality_is_vindicated(
+    db: Database,
+) -> None:
+    await db.write(_run, None)
+    await db.write(_dispute, "won", "auditor", "resolved")  # rolled out, then won: vindicate
+    await db.write(_dispute, "lost", "miner", "resolved")  # its FAULT stands
+    await db.write(_dispute, "open", None, "open")  # still open: vindicated when it wins
+    await db.write(_dispute, "merged", "auditor", "resolved")  # won in time: MATCH, paid
+    entries = (
+        Entry("won", Verdict.NO_UPLOAD, 10, 0),
+        Entry("lost", Verdict.FAULT, 10, 0),
+        Entry("open", Verdict.NO_UPLOAD, 10, 0),
+        Entry("merged", Verdict.MATCH, 10, 0),
+    )
+    assert await db.read(_won_before_finality, RUN, 0, entries) == ["won"]
