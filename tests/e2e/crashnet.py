@@ -9,11 +9,13 @@ dataset of :mod:`tests.e2e.harness` without auditors, and starts :data:`MINERS`
 child stopped when the block exits). Every child runs this checkout's code (``PYTHONPATH``).
 
 :meth:`CrashNetwork.crash` SIGKILLs the daemon's process group and starts a new daemon on the
-same state dir and port. A miner rides out a daemon restart (a round it cannot finish fails,
-it goes on with the next); should one exit before its last round all the same (it prints its
-summary only after its last round), :meth:`CrashNetwork.supervise` starts it again once the
-daemon listens, at the run's newest round for the rounds left (its journal resumes a round it
-had begun). Every wait is bounded.
+same state dir and port (at the instant of a chosen journal write, with
+:mod:`tests.e2e.killer`); :meth:`CrashNetwork.crash_twice` also kills the next daemon as it
+starts. A miner rides out a daemon restart (a round it cannot finish fails, it goes on with
+the next); should one exit before its last round all the same (it prints its summary only
+after its last round), :meth:`CrashNetwork.supervise` starts it again once the daemon
+listens, at the run's newest round for the rounds left (its journal resumes a round it had
+begun). Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -157,8 +159,7 @@ class CrashNetwork:
 
     # The daemon.
 
-    async def start_daemon(self) -> None:
-        """Start a daemon on the state dir and port; returns once it listens."""
+    async def _spawn(self) -> Child:
         n = self.starts
         self.starts += 1
         argv = [sys.executable, "-m", "hypertrain.daemon", "--host", "127.0.0.1"]
@@ -170,8 +171,25 @@ class CrashNetwork:
             stdout=self.ws.root / f"daemon.{n}.out",
             stderr=self.ws.root / f"daemon.{n}.log",
         )
-        await self.daemon.wait_for_line(lambda s: s.startswith(LISTENING), STARTUP_SECONDS)
+        return self.daemon
+
+    async def start_daemon(self) -> None:
+        """Start a daemon on the state dir and port; returns once it listens."""
+        daemon = await self._spawn()
+        await daemon.wait_for_line(lambda s: s.startswith(LISTENING), STARTUP_SECONDS)
         self.up.set()
+
+    async def _kill(self, daemon: Child, *, struck: bool = False) -> str:
+        """SIGKILL ``daemon``'s process group (unless ``struck`` already) and reap it; the kind
+        of the journal's last record as it left it."""
+        self.up = trio.Event()
+        code = daemon.returncode
+        assert code is None or struck, f"the daemon exited by itself ({code}):\n{daemon.tail()}"
+        if not struck:
+            os.killpg(daemon.process.pid, signal.SIGKILL)
+        assert await daemon.wait(KILL_WAIT) == -signal.SIGKILL, daemon.tail()
+        lines = self.journal.read_bytes().splitlines()
+        return str(json.loads(lines[-1])["kind"]) if lines else "nothing"
 
     async def crash(
         self,
@@ -186,19 +204,25 @@ class CrashNetwork:
         the N-th time from now (:mod:`tests.e2e.killer`), or after ``limit`` seconds; ``during``
         is then awaited meanwhile (a request that makes the daemon write)."""
         daemon = self.current_daemon()
-        code = daemon.returncode
-        assert code is None, f"the daemon exited by itself ({code}):\n{daemon.tail()}"
         struck = False
         if on_write:
             struck = await self._kill_on_write(daemon, on_write, limit, during)
-        self.up = trio.Event()
-        if not struck:
-            os.killpg(daemon.process.pid, signal.SIGKILL)
-        assert await daemon.wait(KILL_WAIT) == -signal.SIGKILL
-        lines = self.journal.read_bytes().splitlines()
-        last = str(json.loads(lines[-1])["kind"]) if lines else "nothing"
+        last = await self._kill(daemon, struck=struck)
         await self.start_daemon()
         return Crash(struck, last)
+
+    async def crash_twice(self, delay: float) -> tuple[Crash, Crash, bool]:
+        """SIGKILL the daemon, start a new one and SIGKILL it ``delay`` seconds later, as it
+        starts (opening its database and ledger, catching its chain up, feeding the ledger)
+        or just after; then start another (:meth:`start_daemon`). Both kills, and whether the
+        second daemon had begun to listen."""
+        first = await self._kill(self.current_daemon())
+        starting = await self._spawn()
+        await trio.sleep(delay)
+        listened = LISTENING in starting.stdout.read_text()
+        second = await self._kill(starting)
+        await self.start_daemon()
+        return Crash(False, first), Crash(False, second), listened
 
     async def _kill_on_write(
         self,

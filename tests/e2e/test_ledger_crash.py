@@ -5,16 +5,21 @@ own local chain, two ``hypertrain-miner run`` children, a run of ten rounds with
 (so an uploaded miner's verdict is UNSAMPLED and a committed one that could not upload gets
 NO_UPLOAD). While the rounds are trained, merged and made final, the daemon is SIGKILLed
 :data:`KILLS` times, and each time a new daemon is started on the same state dir and port. The
-moments come from a seeded :class:`random.Random`. Most kills come a random delay after the
-daemon listens. Once rounds are final, every third kill strikes at a random one of the journal
-writes of the next round's feed (a ``commit`` and a ``verdict`` per committed miner, then the
-``finalize``: one fsynced record each, all within a millisecond, which a random moment
-practically never hits; :mod:`tests.e2e.killer`), and once escrow has vested, the kill after
-that one strikes as the daemon journals its answer to a ``get_weights`` the test just asked
-(the answer is journaled, never delivered). After each restart, once escrow has vested, the
-test asks ``get_weights`` as the Cortex master does: again for the epochs it asked and got no
-answer for and for the last two it got one for (the same bytes across restarts), and every
-third time for the epoch now.
+moments come from a seeded :class:`random.Random`:
+
+- most kills come a random delay after the daemon listens, and now and then the next daemon
+  is killed too, a random delay into its start-up (as it opens its database and journal,
+  catches its chain up and resumes the ledger feed, or just after it listens);
+- once rounds are final, every third kill strikes at a random one of the journal writes of
+  the next round's feed (a ``commit`` and a ``verdict`` per committed miner, then the
+  ``finalize``: one fsynced record each, all within a millisecond, which a random moment
+  practically never hits; :mod:`tests.e2e.killer`);
+- once escrow has vested, the kill after that one strikes as the daemon journals its answer
+  to a ``get_weights`` the test just asked (the answer is journaled, never delivered).
+
+After each restart, once escrow has vested, the test asks ``get_weights`` as the Cortex master
+does: again for the epochs it asked and got no answer for and for the last two it got one for
+(the same bytes across restarts), and every third time for the epoch now.
 
 Afterwards, with ten rounds final, the daemon stopped by SIGTERM:
 
@@ -60,7 +65,7 @@ from hypertrain.ledger import (
 from hypertrain.ledger.records import WeightsRecord
 from hypertrain.rounds.finality import Entry, Verdict, entitlements_root
 from hypertrain.rounds.states import RoundState
-from tests.e2e.crashnet import CrashNetwork, Settings, open_crash_network
+from tests.e2e.crashnet import Crash, CrashNetwork, Settings, open_crash_network
 
 SEED: Final = int(os.environ.get("HT_CRASH_SEED", "15"))
 """The kill moments' seed; ``HT_CRASH_SEED`` sets another (the seed is printed)."""
@@ -68,6 +73,9 @@ KILLS: Final = 30
 FINAL_ROUNDS: Final = 10
 UPTIME: Final = (0.2, 2.2)
 """Seconds a daemon listens before it is killed (uniform), unless the kill waits for the journal."""
+START_UP: Final = (0.8, 2.0)
+"""Seconds into a daemon's start-up at which it is killed, for the kills in a start-up: from
+its imports (about a second) through opening its state and feeding the ledger to listening."""
 ARMED_WAIT: Final = 5.0
 """Bound on a kill's wait for a journal write (a round is final every 4 s); then it kills."""
 FINAL_SECONDS: Final = 90.0
@@ -147,15 +155,16 @@ async def _feed_records(net: CrashNetwork, w: int) -> int:
 
 async def _kill_and_restart(net: CrashNetwork, rng: random.Random, watch: Watch) -> None:
     """:data:`KILLS` kills, each followed by a new daemon (module doc)."""
-    for k in range(KILLS):
+    k = 0
+    while len(watch.finals_at_kill) < KILLS:
         run = await net.run_view()
         finals = _final_ws(run)
-        watch.finals_at_kill.append(len(finals))
         epoch = net.current_epoch()
+        crashes: tuple[Crash, ...]
         if finals and k % 3 == 0 and (records := await _feed_records(net, len(finals))):
             n = rng.randint(1, records)
-            crash = await net.crash(on_write=n, limit=ARMED_WAIT)
-            how = f"at journal write {n} from then" if crash.on_write else "timed out"
+            crashes = (await net.crash(on_write=n, limit=ARMED_WAIT),)
+            how = f"at journal write {n} from then" if crashes[0].on_write else "timed out"
         elif _released(run) and k % 3 == 1 and epoch not in watch.answers:
 
             async def ask(epoch: int = epoch) -> None:
@@ -164,23 +173,36 @@ async def _kill_and_restart(net: CrashNetwork, rng: random.Random, watch: Watch)
                 if answer is not None:
                     watch.received(epoch, answer)
 
-            crash = await net.crash(on_write=1, limit=ARMED_WAIT, during=ask)
-            how = f"as it wrote its answer for epoch {epoch}" if crash.on_write else "timed out"
+            crashes = (await net.crash(on_write=1, limit=ARMED_WAIT, during=ask),)
+            how = f"as it wrote its answer for epoch {epoch}" if crashes[0].on_write else "late"
         else:
             uptime = rng.uniform(*UPTIME)
             await trio.sleep(uptime)
-            crash = await net.crash()
             how = f"{uptime:.2f} s after it listened"
-        watch.on_write += crash.on_write
-        watch.landed[crash.last_record] += 1
+            if k % 5 == 4 and len(watch.finals_at_kill) + 2 <= KILLS:
+                delay = rng.uniform(*START_UP)
+                first, second, listened = await net.crash_twice(delay)
+                crashes = (first, second)
+                how += f", the next daemon {delay:.2f} s into its start-up" + (
+                    " (listening already)" if listened else ""
+                )
+            else:
+                crashes = (await net.crash(),)
+        numbers = []
+        for crash in crashes:
+            numbers.append(str(len(watch.finals_at_kill)))
+            watch.finals_at_kill.append(len(finals))
+            watch.on_write += crash.on_write
+            watch.landed[crash.last_record] += 1
         print(
-            f"crash test: kill {k} {how}, {len(finals)} rounds final, the journal's last"
-            f" record {crash.last_record}; a new daemon listens at"
+            f"crash test: kill {' and '.join(numbers)} {how}, {len(finals)} rounds final, the"
+            f" journal's last record {crashes[-1].last_record}; a new daemon listens at"
             f" {time.monotonic() - watch.started:.1f} s",
             flush=True,
         )
         if _released(await net.run_view()):
             await _ask_weights(net, watch, now=k % 3 == 2)
+        k += 1
 
 
 async def _wait_final(net: CrashNetwork) -> list[int]:
