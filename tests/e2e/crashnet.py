@@ -54,7 +54,11 @@ MINERS: Final = 2
 STARTUP_SECONDS: Final = 30.0
 """Bound for a daemon to listen after it is started, and for a miner to wait for round 0."""
 KILL_WAIT: Final = 10.0
-STOP_GRACE: Final = 5.0
+DAEMON_GRACE: Final = 2.0
+"""The daemon's ``--grace``: after SIGTERM, what is in flight gets that long."""
+STOP_GRACE: Final = 20.0
+"""Bound on a child's exit after SIGTERM before it is killed (the daemon's grace, then the
+interpreter's teardown, which takes seconds on a busy machine)."""
 HTTP_TIMEOUT: Final = 5.0
 POLL: Final = 0.1
 KILLER: Final = Path(__file__).with_name("killer.py")
@@ -164,6 +168,7 @@ class CrashNetwork:
         self.starts += 1
         argv = [sys.executable, "-m", "hypertrain.daemon", "--host", "127.0.0.1"]
         argv += ["--port", str(self.port), "--beacon", "local", "--local-period", "1"]
+        argv += ["--grace", str(DAEMON_GRACE)]
         self.daemon = await self.children.start(
             f"hypertrain-daemon #{n}",
             argv,
