@@ -10,9 +10,11 @@ and consults the journal first: a phase already recorded is never redone. Artifa
 are on disk before its journal line (:mod:`hypertrain.miner.artifacts`), so after a crash the
 commit is re-posted from ``commit.json`` (the 409 of a duplicate hands back the stored receipt),
 training is never repeated once ``trained`` is recorded, and the upload is re-requested and
-re-PUT (the server is idempotent). ``hook(point, w)`` is called at each phase boundary and
-after each inner step (point ``step``); tests raise from it, or pause in it, to simulate a
-crash. Protocol violations by the coordinator raise
+re-PUT (the server is idempotent). A network error that outlasts the retries, wherever it
+happens in the round (the start state, Accept, Commit or a later post), fails the round
+(FAILED) and the client goes on with the next one. ``hook(point, w)`` is called at each phase
+boundary and after each inner step (point ``step``); tests raise from it, or pause in it, to
+simulate a crash. Protocol violations by the coordinator raise
 :class:`~hypertrain.miner.errors.MinerProtocolError` (the CLI exits 2); a round that ends early
 (skipped, aborted, excluded, failed) ends in its :class:`RoundOutcome`.
 """
@@ -184,12 +186,17 @@ class RoundRunner:
             return RoundOutcome(w, status, str(event.get("reason", "")))
         try:
             return await self._run(w, RoundDir(self.config.workdir, w))
-        except _Abort as abort:
-            if abort.status is RoundStatus.FAILED:
-                self.progress.phase(w, "failed", reason=repr(abort.detail))
-            elif abort.status is not RoundStatus.SKIPPED:  # skipped is journaled already
-                self.record(w, "aborted", reason=abort.detail, status=abort.status.value)
-            return RoundOutcome(w, abort.status, abort.detail)
+        except (httpx.TransportError, httpx.TimeoutException) as e:
+            # The coordinator stayed unreachable through the retries (restarting, say): the
+            # round fails and the client goes on with the next one, its journal kept.
+            abort = _Abort(RoundStatus.FAILED, f"{type(e).__name__}: {e}")
+        except _Abort as e:
+            abort = e
+        if abort.status is RoundStatus.FAILED:
+            self.progress.phase(w, "failed", reason=repr(abort.detail))
+        elif abort.status is not RoundStatus.SKIPPED:  # skipped is journaled already
+            self.record(w, "aborted", reason=abort.detail, status=abort.status.value)
+        return RoundOutcome(w, abort.status, abort.detail)
 
     async def _run(self, w: int, rd: RoundDir) -> RoundOutcome:
         done = self.journal.phases(w)

@@ -127,3 +127,15 @@ async def test_bad_config_exits_2_with_one_line(tmp_path: Path) -> None:
     )
     assert not (tmp_path / "unused").exists()
     assert not (tmp_path / "2" / "unused").exists()
+
+
+def test_the_program_starts_without_importing_torch() -> None:
+    # A daemon restarted after a crash listens once its imports are done; torch alone takes
+    # seconds to import and only the held-out loss needs it (imported there, when first used).
+    probe = "import sys, hypertrain.daemon.main; print('torch' in sys.modules)"
+    root = Path(__file__).resolve().parents[2]
+    env = os.environ | {"PYTHONPATH": str(root)}
+    result = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=False
+    )
+    assert (result.returncode, result.stdout) == (0, "False\n"), result.stderr

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
 
@@ -13,7 +15,7 @@ from hypertrain.miner.errors import MinerFatal
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.journal import Journal
 from hypertrain.miner.progress import Progress
-from hypertrain.miner.round import RoundStatus
+from hypertrain.miner.round import DEFAULT_SETTINGS, RoundStatus
 from hypertrain.miner.session import Summary, run_miner
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
@@ -130,6 +132,49 @@ async def test_restart_after_crash_at_each_phase(
     # only a crash between the server's answer and the journal line re-posts (and gets a 409)
     assert fake.commit_posts == (2 if point == "commit_posted" else 1)
     assert fake.status[(0, miner_key.ss58)] == "UPLOADED"
+
+
+async def test_a_coordinator_down_through_the_retries_fails_the_round_and_mining_goes_on(
+    fake: FakeCoordinator,
+    miner_key: Keypair,
+    tmp_path: Path,
+    data_dir: Path,
+    configured: None,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The coordinator is killed and restarted: every Commit of round 0 finds nobody listening.
+    fake.rounds = 2
+    refused: list[str] = []
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/commit") and json.loads(request.content)["body"]["w"] == 0:
+            refused.append(request.url.path)
+            raise httpx.ConnectError("all attempts to connect failed", request=request)
+        return await fake.handle(request)
+
+    progress = Progress(io.StringIO())
+    summary = await run_miner(
+        _config(tmp_path, data_dir),
+        miner_key,
+        rounds=2,
+        start=0,
+        transport=httpx.MockTransport(handle),
+        progress=progress,
+        configure=lambda env: None,
+    )
+    assert [(r.status, r.detail) for r in summary.rounds] == [
+        (RoundStatus.FAILED, "ConnectError: all attempts to connect failed"),
+        (RoundStatus.UPLOADED, ""),
+    ]
+    assert summary.exit_code == 1
+    assert len(refused) == DEFAULT_SETTINGS.post_attempts
+    assert fake.status[(0, miner_key.ss58)] == "ACCEPTED"
+    assert fake.status[(1, miner_key.ss58)] == "UPLOADED"
+    assert any("round 0: failed" in line for line in progress.lines)
+    # Nothing is journaled for the failed round past what it did: a restart could resume it.
+    phases = [(e["w"], e["phase"]) for e in Journal.load(tmp_path / "work").events]
+    assert phases[:2] == [(0, "accepted"), (0, "trained")]
+    assert (0, "aborted") not in phases
 
 
 async def test_two_rounds_carry_and_fetch_start_state(

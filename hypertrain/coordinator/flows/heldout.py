@@ -17,6 +17,9 @@ exists even when round ``w`` is never opened because ``w - 1`` was the last roun
   a pure function of its inputs on one reference environment (not a consensus value).
 
 No Trio here: :mod:`hypertrain.coordinator.services.heldout` runs these off the Trio thread.
+Torch is imported by :func:`heldout_loss` only, when a loss is first computed: the daemon
+imports this module for the round view, and without torch it starts (and restarts after a
+crash) listening in about a second instead of three or four.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-import torch
 from attrs import frozen
 
 from hypertrain.datasets.errors import DatasetError
@@ -37,7 +39,6 @@ from hypertrain.datasets.verify import verify
 from hypertrain.protocol.hashes import sha256_hex
 from hypertrain.protocol.manifest import ModelSpec
 from hypertrain.trainer.codec import F32Array
-from hypertrain.trainer.model import loss
 
 __all__ = [
     "HoldoutRows",
@@ -160,6 +161,10 @@ def heldout_loss(
     """Mean next-token cross-entropy of ``theta`` over ``rows``, ``batch`` rows at a time."""
     if batch < 1 or len(rows) == 0:
         raise ValueError(f"need batch >= 1 and rows, got batch {batch}, {len(rows)} rows")
+    import torch  # here, not at the top: the round view imports this module, and a daemon
+
+    from hypertrain.trainer.model import loss  # restarted after a crash listens seconds sooner
+
     params = {name: torch.from_numpy(np.asarray(value)) for name, value in theta.items()}
     total = 0.0
     with torch.no_grad():
