@@ -16,7 +16,12 @@ from hypertrain.coordinator.flows.finalize import _rollback_possible, _won_befor
 from hypertrain.coordinator.services.ledgerclock import LedgerClock
 from hypertrain.coordinator.services.ledgerfeed import LedgerFeed
 from hypertrain.coordinator.settings import CoordinatorSettings
-from hypertrain.coordinator.tables.finality import FinalRow, insert_final
+from hypertrain.coordinator.tables.finality import (
+    FinalRow,
+    insert_final,
+    queue_outcome,
+    unsynced_outcomes,
+)
 from hypertrain.coordinator.tables.runs import insert_run, set_config
 from hypertrain.ledger import Ledger
 from hypertrain.protocol.hashes import sha256_hex
@@ -119,3 +124,38 @@ async def test_a_rolled_out_miner_that_won_its_dispute_before_finality_is_vindic
         Entry("merged", Verdict.MATCH, 10, 0),
     )
     assert await db.read(_won_before_finality, RUN, 0, entries) == ["won"]
+
+
+def _final_round(conn: sqlite3.Connection) -> None:
+    entries = (
+        Entry("g", Verdict.MATCH, 10, 0),
+        Entry("h", Verdict.NO_UPLOAD, 10, 0),
+        Entry("k", Verdict.NO_UPLOAD, 10, 0),
+    )
+    insert_final(conn, FinalRow(RUN, 0, "{}", entries, 10, 1_000_100, 0, 11, 12, False))
+    queue_outcome(conn, RUN, 0, "h", "vindicate", 20)  # h won its dispute after finality
+    queue_outcome(conn, RUN, 0, "k", "fault", 21)  # k lost its
+
+
+async def test_the_feed_applies_a_final_round_then_its_post_final_outcomes_once(
+    db: Database, tmp_path: Path
+) -> None:
+    settings = CoordinatorSettings(state_dir=tmp_path / "state")
+    chain = ChainInfo(public_key="00" * 96, period_ms=1000, genesis_ms=1_000_000, hash="11" * 32)
+    clock = LedgerClock.of(settings, chain)
+    await db.write(_run, None)
+    await db.write(_final_round)
+    with Ledger.open(settings.state_dir, clock.params) as ledger:
+        feed = LedgerFeed(ledger, clock)
+        (row,) = await feed.sync(db)
+        assert row.w == 0
+        assert ledger.is_finalized(RUN, 0)
+        third = 10**6 // 3
+        assert ledger.balance("g").pending == third
+        assert ledger.balance("h").pending == third  # vindicated: its forgone slice is escrow
+        assert ledger.balance("k").frozen  # faulted after finality: never paid again
+        records = ledger.statistics().records
+        assert await feed.sync(db) == []
+        assert ledger.statistics().records == records  # nothing twice
+        assert await db.read(unsynced_outcomes) == []
+        assert await feed.check(db) == []
