@@ -8,8 +8,9 @@ why answers may hold floats while the rest of the protocol may not.
 
 from __future__ import annotations
 
-import hashlib
 import json
+
+from hypertrain.protocol.hashes import sha256_hex
 
 __all__ = ["canonical_bytes", "sha256_hex"]
 
@@ -20,8 +21,3 @@ def canonical_bytes(value: object) -> bytes:
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
     )
     return text.encode("ascii")
-
-
-def sha256_hex(data: bytes) -> str:
-    """Lowercase hex sha256 of ``data``."""
-    return hashlib.sha256(data).hexdigest()

@@ -50,8 +50,7 @@ class Finality:
             return at, ctx.ledger.marks(at)
         clock = LedgerClock.of(ctx.settings, ctx.chain)  # no ledger: the same clock
         at = clock.time_of_drand(D)
-        ledger_round = clock.round_of(at)
-        return at, (ledger_round, *clock.marks(ledger_round))
+        return at, clock.final_marks(at)
 
     async def record(self, envelope: Envelope, body: Finalize) -> FinalizePlan:
         """Store a K_coord Finalize (checked against the server's plan), feed the ledger and

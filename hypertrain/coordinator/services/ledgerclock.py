@@ -64,6 +64,11 @@ class LedgerClock:
         """Unix time at which ``ledger_round`` begins."""
         return self.start_of_epoch(ledger_round * self.params.epochs_per_round)
 
+    def final_marks(self, at: int) -> tuple[int, int, int]:
+        """``(ledger_round, vesting_round, released_round)`` of a round final at ``at``."""
+        ledger_round = self.round_of(at)
+        return (ledger_round, *self.marks(ledger_round))
+
     def marks(self, ledger_round: int) -> tuple[int, int]:
         """``(vesting_round, released_round)``: the first drand rounds at which a round final
         in ``ledger_round`` is VESTING and RELEASED."""

@@ -53,8 +53,7 @@ class LedgerFeed:
 
     def marks(self, at: int) -> tuple[int, int, int]:
         """``(ledger_round, vesting_round, released_round)`` of a round final at ``at``."""
-        ledger_round = self.clock.round_of(at)
-        return (ledger_round, *self.clock.marks(ledger_round))
+        return self.clock.final_marks(at)
 
     async def check(self, db: Database) -> list[str]:
         """What the database says the journal holds and it does not (empty: they agree): a
