@@ -51,10 +51,12 @@ from hypertrain.protocol.keys import Keypair, verify_signature
 from hypertrain.protocol.manifest import ModelSpec
 from hypertrain.protocol.tensorhash import th_hex
 from hypertrain.protocol.validators import (
+    LABEL_MAX,
     Check,
     FieldError,
     hex64,
     instance_of,
+    is_label,
     list_of,
     one_of_literal,
     sig_hex,
@@ -102,22 +104,11 @@ FILES: Final = (MANIFEST_FILE, LINEAGE_FILE, MODEL_FILE)
 HASHED_FILES: Final = (LINEAGE_FILE, MODEL_FILE)
 """The files the manifest's ``files`` names (the manifest cannot name itself)."""
 _META_KEY: Final = "hypertrain"
-_MAX_TEXT: Final = 512
 
 Status = Literal["provisional", "final"]
 
 
-def _is_label(value: object) -> bool:
-    """Non-empty printable text of at most 512 characters (no control characters)."""
-    return (
-        isinstance(value, str)
-        and 0 < len(value) <= _MAX_TEXT
-        and value == value.strip()
-        and all(ch.isprintable() for ch in value)
-    )
-
-
-label: Final = Check(_is_label, f"must be non-empty printable text of <= {_MAX_TEXT} chars")
+label: Final = Check(is_label, f"must be non-empty printable text of <= {LABEL_MAX} chars")
 
 
 def _rounds(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:

@@ -15,6 +15,9 @@ from typing import Final
 
 import attrs
 
+from hypertrain.protocol.validators import is_label
+from hypertrain.rounds.checkpoints import DEFAULT_CHECKPOINT_EVERY
+
 __all__ = [
     "DEFAULT_BODY_LIMIT",
     "DEFAULT_EPOCHS_PER_ROUND",
@@ -23,10 +26,13 @@ __all__ = [
     "DEFAULT_HELDOUT_SAMPLES",
     "DEFAULT_SLUG",
     "DEFAULT_VEST_ROUNDS",
+    "NO_ASSERTION",
     "CoordinatorSettings",
 ]
 
 DEFAULT_SLUG: Final = "hypertrain"
+NO_ASSERTION: Final = "NOASSERTION"
+"""SPDX's value for "the publisher makes no assertion": the default license and dataset terms."""
 DEFAULT_EPOCH_SECONDS: Final = 4320
 DEFAULT_EPOCHS_PER_ROUND: Final = 1
 DEFAULT_VEST_ROUNDS: Final = 10
@@ -58,6 +64,11 @@ def _non_negative(_instance: object, attribute: attrs.Attribute[int], value: int
 def _genesis(_instance: object, attribute: attrs.Attribute[int | None], value: int | None) -> None:
     if value is not None and (type(value) is not int or value < 0):
         raise ValueError(f"{attribute.name} must be unix seconds >= 0 or unset, got {value!r}")
+
+
+def _label(_instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not is_label(value):
+        raise ValueError(f"{attribute.name} must be non-empty printable text, got {value!r:.80}")
 
 
 def _slug(_instance: object, attribute: attrs.Attribute[str], value: str) -> None:
@@ -103,6 +114,18 @@ class CoordinatorSettings:
     """Concurrent fallback scorers (``HYPERTRAIN_COMPUTE_POOL``; default: the cores)."""
     trace_samples: int = attrs.field(default=32, validator=_positive)
     """Samples in each scoring trace (public: from the train split; hidden: the holdout)."""
+    checkpoint_every: int = attrs.field(default=DEFAULT_CHECKPOINT_EVERY, validator=_positive)
+    """A checkpoint every this many rounds, and at a run's last round
+    (``HYPERTRAIN_CHECKPOINT_EVERY``; :mod:`hypertrain.rounds.checkpoints`)."""
+    checkpoint_license: str = attrs.field(default=NO_ASSERTION, validator=_label)
+    """The license checkpoints publish the model under (``HYPERTRAIN_CHECKPOINT_LICENSE``, an
+    SPDX id is best; default ``NOASSERTION``, SPDX's "the publisher says nothing")."""
+    dataset_name: str = attrs.field(default=NO_ASSERTION, validator=_label)
+    """The training data's name in checkpoints (``HYPERTRAIN_DATASET_NAME``)."""
+    dataset_license: str = attrs.field(default=NO_ASSERTION, validator=_label)
+    """The training data's license in checkpoints (``HYPERTRAIN_DATASET_LICENSE``)."""
+    dataset_attribution: str = attrs.field(default=NO_ASSERTION, validator=_label)
+    """Who the training data is owed to, in checkpoints (``HYPERTRAIN_DATASET_ATTRIBUTION``)."""
 
     @property
     def db_path(self) -> Path:

@@ -30,6 +30,7 @@ from hypertrain.beacon import (
 )
 from hypertrain.coordinator.context import Coordinator, CoordinatorSink
 from hypertrain.coordinator.services.aggregator import AggregatorService
+from hypertrain.coordinator.services.checkpoints import CheckpointService, CheckpointTerms
 from hypertrain.coordinator.services.fallback import FallbackPool
 from hypertrain.coordinator.services.heldout import HeldoutService
 from hypertrain.coordinator.services.reaper import LeaseReaper
@@ -52,6 +53,7 @@ __all__ = [
     "aggregator_service",
     "beacon_service",
     "checkpointer_service",
+    "checkpoints_service",
     "fallback_service",
     "heldout_service",
     "reaper_service",
@@ -138,6 +140,23 @@ def aggregator_service(parts: DaemonParts) -> ServiceFn | None:
     ).run
 
 
+def checkpoints_service(parts: DaemonParts) -> ServiceFn | None:
+    """Publish a checkpoint every ``checkpoint_every`` rounds and at a run's last round; only
+    with K_coord configured (it signs them). Builds run in worker threads with the real clock."""
+    settings = parts.settings.coordinator
+    if settings.coord_key_file is None:
+        return None
+    terms = CheckpointTerms(
+        license=settings.checkpoint_license,
+        dataset_name=settings.dataset_name,
+        dataset_license=settings.dataset_license,
+        dataset_attribution=settings.dataset_attribution,
+    )
+    return CheckpointService(
+        parts.ctx, settings.checkpoint_every, terms, run_sync=offload_for(parts.wall)
+    ).run
+
+
 def heldout_service(parts: DaemonParts) -> ServiceFn | None:
     """The held-out loss of every theta; only with ``holdout_dir`` configured. Its work runs in
     worker threads with the real clock, inline in virtual time."""
@@ -179,6 +198,7 @@ SERVICES: Final[tuple[ServiceSpec, ...]] = (
     ServiceSpec("beacon", beacon_service, BEACON_POLICY),
     ServiceSpec("checkpointer", checkpointer_service),
     ServiceSpec("aggregator", aggregator_service),
+    ServiceSpec("checkpoints", checkpoints_service),
     ServiceSpec("heldout", heldout_service),
     ServiceSpec("scorefeed", scorefeed_service),
     ServiceSpec("reaper", reaper_service),

@@ -28,6 +28,11 @@ compute_credit             HYPERTRAIN_COMPUTE_CREDIT                            
 compute_wait_ms            HYPERTRAIN_COMPUTE_WAIT_MS                                   20000
 compute_pool               HYPERTRAIN_COMPUTE_POOL                                      cores
 trace_samples              HYPERTRAIN_TRACE_SAMPLES                                     32
+checkpoint_every           HYPERTRAIN_CHECKPOINT_EVERY                                  10
+checkpoint_license         HYPERTRAIN_CHECKPOINT_LICENSE                                NOASSERTION
+dataset_name               HYPERTRAIN_DATASET_NAME                                      NOASSERTION
+dataset_license            HYPERTRAIN_DATASET_LICENSE                                   NOASSERTION
+dataset_attribution        HYPERTRAIN_DATASET_ATTRIBUTION                               NOASSERTION
 host                                                         --host                     127.0.0.1
 port                                                         --port                     8000
 beacon                                                       --beacon relays|local      relays
@@ -213,6 +218,11 @@ _KEYS: Final = (
     _Key("compute_wait_ms", _int(0), env="HYPERTRAIN_COMPUTE_WAIT_MS"),
     _Key("compute_pool", _int(1, 256), env="HYPERTRAIN_COMPUTE_POOL"),
     _Key("trace_samples", _int(1, 4096), env="HYPERTRAIN_TRACE_SAMPLES"),
+    _Key("checkpoint_every", _int(1), env="HYPERTRAIN_CHECKPOINT_EVERY"),
+    _Key("checkpoint_license", _text, env="HYPERTRAIN_CHECKPOINT_LICENSE"),
+    _Key("dataset_name", _text, env="HYPERTRAIN_DATASET_NAME"),
+    _Key("dataset_license", _text, env="HYPERTRAIN_DATASET_LICENSE"),
+    _Key("dataset_attribution", _text, env="HYPERTRAIN_DATASET_ATTRIBUTION"),
     _Key("host", _text, flag="host"),
     _Key("port", _int(0, 65535), flag="port"),
     _Key("beacon", _choice("relays", "local"), flag="beacon"),

@@ -29,6 +29,7 @@ from hypertrain.protocol.ss58 import SS58_RE, ss58_decode
 __all__ = [
     "HEX64_RE",
     "IMAGE_DIGEST_RE",
+    "LABEL_MAX",
     "MAX_ITEMS",
     "MAX_PROOF",
     "SIG_HEX_RE",
@@ -42,6 +43,7 @@ __all__ = [
     "int_in",
     "is_hex64",
     "is_image_digest",
+    "is_label",
     "is_pos_int",
     "is_sig_hex",
     "is_ss58_address",
@@ -117,6 +119,21 @@ def ss58_public_key(address: str) -> bytes:
     Raises Malformed like ``ss58_decode``; failures are not cached.
     """
     return ss58_decode(address)
+
+
+LABEL_MAX: Final = 512
+"""The longest :func:`is_label` text."""
+
+
+def is_label(value: object) -> bool:
+    """Non-empty printable text of at most :data:`LABEL_MAX` characters without leading or
+    trailing blanks (a license id, a dataset's name or attribution)."""
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= LABEL_MAX
+        and value == value.strip()
+        and value.isprintable()
+    )
 
 
 def is_ss58_address(value: object) -> bool:

@@ -22,7 +22,7 @@ async def test_version_is_exactly_the_contract(tmp_path: Path) -> None:
             "slug": "hypertrain",
             "version": "0.1.0",
             "contract": 1,
-            "capabilities": ["get_weights", "proxy_routes"],
+            "capabilities": ["checkpoints", "get_weights", "proxy_routes"],
         }
 
 

@@ -19,6 +19,7 @@ round 0 back (and round 1 with it), and round 2 opens from the corrected theta. 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -28,12 +29,25 @@ import httpx
 import trio
 import trio.testing
 
-from hypertrain.aggregator.tape import parse_signed_tape
+from hypertrain.aggregator.checkpoint import (
+    LINEAGE_FILE,
+    MANIFEST_FILE,
+    MODEL_FILE,
+    object_keys,
+    parse_lineage,
+    parse_manifest,
+    read_model,
+    verify_manifest_signature,
+)
+from hypertrain.aggregator.merge import Params
+from hypertrain.aggregator.tape import parse_signed_tape, tape_key
+from hypertrain.aggregator.tape_replay import replay_tape
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.protocol.envelope import NEVER, seal, verify
 from hypertrain.protocol.hashes import honeypot_commit
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
+from hypertrain.protocol.tensorhash import th_hex
 from hypertrain.rounds.finality import Entry, Verdict, entitlements_root
 from nurseries.testing import open_asgi_transport
 from tests.coordinator.harness import WORKER_TOKEN, admin_headers, write_secret
@@ -127,6 +141,64 @@ async def _hostile_requests(
     assert await _status(client, "POST", unknown, {"hotkey": HONEST[0], "units": 1}) == 404
 
 
+async def _checkpoints(
+    client: httpx.AsyncClient,
+    run_id: str,
+    views: list[dict[str, Any]],
+    published: list[dict[str, Any]],
+    manifest: RunManifest,
+) -> None:
+    """Every round has a final checkpoint (every = 1) whose lineage is the applied tapes and
+    which replays from the objects its route serves; round 0's was provisional with the
+    honeypot's delta, rebuilt without it by the rollback, then final."""
+    base = f"/v1/runs/{run_id}/checkpoints"
+    listing = (await client.get(base)).json()
+    assert [c["w"] for c in listing["checkpoints"]] == list(range(ROUNDS))
+    assert all(c["status"] == "final" for c in listing["checkpoints"])
+    first = [p for p in published if p["w"] == 0]
+    assert [p["status"] for p in first] == ["provisional", "provisional", "final"], first
+    assert first[0]["theta_hash"] != first[1]["theta_hash"] == first[2]["theta_hash"]
+    last = listing["checkpoints"][-1]
+    files = {}
+    for name, key in last["files"].items():
+        r = await client.get(f"{base}/{ROUNDS - 1}/{name}")
+        assert r.status_code == 200, r.text
+        assert hashlib.sha256(r.content).hexdigest() == key
+        files[name] = r.content
+    signed = parse_manifest(files[MANIFEST_FILE])
+    verify_manifest_signature(signed, signer=COORD.ss58)
+    assert signed.body.included == tuple(HONEST)
+    assert (signed.body.license, signed.body.status) == ("Apache-2.0", "final")
+    tapes = parse_lineage(files[LINEAGE_FILE]).tapes
+    assert [tape_key(t) for t in tapes] == [v["tape_key"] for v in views]
+    for c in listing["checkpoints"]:
+        assert c["theta_hash"] == tapes[c["w"]].body.theta_hash
+    stored: dict[str, bytes] = {}
+    for key in object_keys(tapes):
+        r = await client.get(f"{base}/{ROUNDS - 1}/objects/{key}")
+        assert r.status_code == 200, r.text
+        stored[key] = r.content
+    params = Params.from_outer(manifest.outer)
+    for tape in tapes:
+        report = replay_tape(
+            tape, coord_ss58=COORD.ss58, load_object=stored.__getitem__, outer_params=params
+        )
+    assert th_hex(report.state.theta) == read_model(files[MODEL_FILE]).theta_hash()
+    # what is not part of a checkpoint is not served
+    for path, status in (
+        (f"{base}/{ROUNDS - 1}/objects/{'ab' * 32}", 404),
+        (f"{base}/{ROUNDS - 1}/objects/{views[0]['tape_key']}", 404),
+        (f"{base}/{ROUNDS - 1}/objects/XYZ", 400),
+        (f"{base}/{ROUNDS - 1}/README", 404),
+        (f"{base}/{ROUNDS}/{MANIFEST_FILE}", 404),
+        (f"{base}/{2**53}/{MANIFEST_FILE}", 400),
+        (f"/v1/runs/{'cd' * 32}/checkpoints", 404),
+    ):
+        r = await client.get(path)
+        assert r.status_code == status, (path, r.text)
+        assert r.json()["detail"]
+
+
 def _sealed(envelope: dict[str, Any], run_id: str) -> Any:
     """The body of a K_coord envelope of the run (its signature checked)."""
     return verify(
@@ -147,7 +219,11 @@ async def test_rounds_become_final_a_caught_delta_is_rolled_back_and_the_honest_
     settings = _settings(tmp_path)
     worker = write_secret(tmp_path / "secrets" / "worker_token", WORKER_TOKEN)
     coordinator = attrs.evolve(
-        settings.coordinator, worker_token_file=worker, epoch_seconds=EPOCH_SECONDS
+        settings.coordinator,
+        worker_token_file=worker,
+        epoch_seconds=EPOCH_SECONDS,
+        checkpoint_every=1,
+        checkpoint_license="Apache-2.0",
     )
     settings = attrs.evolve(settings, coordinator=coordinator)
     internal = {
@@ -159,7 +235,7 @@ async def test_rounds_become_final_a_caught_delta_is_rolled_back_and_the_honest_
         running_daemon(settings) as handle,
         open_asgi_transport(handle.app, lifespan=False) as transport,
         httpx.AsyncClient(transport=transport, base_url=API) as client,
-        handle.ctx.events.subscribe(frozenset({"round_state"})) as events,
+        handle.ctx.events.subscribe(frozenset({"round_state", "checkpoint"})) as events,
     ):
         objects_dir = tmp_path / "state" / "objects"
         run_id = await create_audited_run(
@@ -181,6 +257,7 @@ async def test_rounds_become_final_a_caught_delta_is_rolled_back_and_the_honest_
             await audit(tmp_path / "a", run_id, AUDITOR, transport, finished.wait)
 
         released: list[dict[str, Any]] = []
+        published: list[dict[str, Any]] = []
         with trio.fail_after(RUN_TIMEOUT):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(auditor)
@@ -194,6 +271,8 @@ async def test_rounds_become_final_a_caught_delta_is_rolled_back_and_the_honest_
                         break
                     event = await events.receive()
                     data = json.loads(event.json)
+                    if event.kind == "checkpoint":
+                        published.append(data)
                     if data.get("state") == "RELEASED":
                         released.append(data)
                 finished.set()
@@ -208,6 +287,7 @@ async def test_rounds_become_final_a_caught_delta_is_rolled_back_and_the_honest_
         health = (await client.get("/health")).json()
         tapes = {w: await _tape(client, views[w]["tape_key"]) for w in range(ROUNDS)}
         await _hostile_requests(client, run_id, views, internal, epoch)
+        await _checkpoints(client, run_id, views, published, run_manifest)
 
     # Rollback of round 0 (and 1) without the honeypot, round 2 opened from the new theta.
     rollback = views[0]["rollback"]

@@ -17,5 +17,6 @@ body (:mod:`.http`), checks the caller (:mod:`.auth`), runs one transaction func
 ``datasets``        a run's dataset (register, read)
 ``aggregator``      an external aggregator's inputs, round opening and tape
 ``compute``         the compute network's node routes, status, steps and benchmark
+``checkpoints``     published checkpoints: the list, their files, the objects a replay reads
 ==================  ===============================================================
 """

@@ -28,6 +28,7 @@ from hypertrain.coordinator.services.scorefeed import ScoreFeed
 from hypertrain.coordinator.web import (
     aggregator,
     beacon,
+    checkpoints,
     compute,
     datasets,
     disputes,
@@ -99,6 +100,7 @@ ROUTE_MODULES: Final[tuple[Register, ...]] = (
     worker.register,
     disputes.register,
     ledger.register,
+    checkpoints.register,
 )
 """The ``register`` functions ``create_app`` calls, in order."""
 

@@ -34,7 +34,7 @@ __all__ = ["CAPABILITIES", "CAPABILITY_ROUTES", "CONTRACT", "VERSION", "health_r
 
 VERSION: Final = "0.1.0"
 CONTRACT: Final = 1
-CAPABILITIES: Final = ("get_weights", "proxy_routes")
+CAPABILITIES: Final = ("checkpoints", "get_weights", "proxy_routes")
 """What ``/version`` advertises: only what is built."""
 CAPABILITY_ROUTES: Final = {"get_weights": "/internal/v1/get_weights"}
 """The route each capability promises, where it names one."""

@@ -1,0 +1,72 @@
+"""Checkpoint routes (issue 16; spec 7 "Checkpoints"): public, no auth, each one read.
+
+=======================================================  ==========================================
+``GET /v1/runs/{id}/checkpoints``                        ``{run_id, checkpoints: [{w, rounds,
+                                                         status, theta_hash, files: {name:
+                                                         sha256}, written_round}]}`` by ``w``
+``GET /v1/runs/{id}/checkpoints/{w}/{file}``             the file's bytes (``MANIFEST.json``,
+                                                         ``lineage.json``, ``model.safetensors``)
+``GET /v1/runs/{id}/checkpoints/{w}/objects/{sha256}``   an object a replay of the checkpoint
+                                                         reads: a tape's ``prev_state`` or
+                                                         ``out_state``, or a merged delta
+=======================================================  ==========================================
+
+404 for an unknown run, checkpoint, file name or an object the checkpoint does not name (the
+object store is not open to the public: only what a checkpoint's replay needs is served); 400
+for a round outside ``0..2^53-1`` or a key that is not 64 lowercase hex. Bodies are streamed
+from the object store, which verifies each hash before the first chunk and again at the end.
+``hypertrain checkpoint fetch`` and ``hypertrain verify-checkpoint --replay --api`` read these.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from quart import Response
+from quart_trio import QuartTrio
+
+from hypertrain.aggregator.checkpoint import LINEAGE_FILE, MANIFEST_FILE
+from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.flows.checkpoints import (
+    checkpoint_file_key,
+    checkpoint_listing,
+    checkpoint_object,
+)
+from hypertrain.coordinator.web.http import json_response, object_response
+from hypertrain.protocol.validators import hex64, u_int
+
+if TYPE_CHECKING:
+    from hypertrain.coordinator.web.app import AppParts
+
+__all__ = ["register"]
+
+_JSON_FILES = frozenset({MANIFEST_FILE, LINEAGE_FILE})
+
+
+def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
+    """Add the checkpoint routes to ``app``."""
+
+    async def get_list(run_id: str) -> Response:
+        rows = await ctx.db.read(checkpoint_listing, run_id)
+        return json_response({"run_id": run_id, "checkpoints": [row.listing() for row in rows]})
+
+    async def get_file(run_id: str, w: int, name: str) -> Response:
+        u_int.check_param("w", w)
+        key = await ctx.db.read(checkpoint_file_key, run_id, w, name)
+        response = object_response(ctx.objects, key)
+        if name in _JSON_FILES:
+            response.content_type = "application/json"
+        return response
+
+    async def get_object(run_id: str, w: int, sha256: str) -> Response:
+        u_int.check_param("w", w)
+        hex64.check_param("sha256", sha256)
+        key = await ctx.db.read(checkpoint_object, run_id, w, sha256)
+        return object_response(ctx.objects, key)
+
+    base = "/v1/runs/<run_id>/checkpoints"
+    app.add_url_rule(base, "checkpoints.list", get_list, methods=["GET"])
+    app.add_url_rule(f"{base}/<int:w>/<name>", "checkpoints.file", get_file, methods=["GET"])
+    app.add_url_rule(
+        f"{base}/<int:w>/objects/<sha256>", "checkpoints.object", get_object, methods=["GET"]
+    )
