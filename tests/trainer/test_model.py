@@ -88,9 +88,11 @@ def test_gradients_reach_every_parameter(manifest: RunManifest) -> None:
 
 
 PINNED_LOSS_F32 = "79808540"
-PINNED_GRADS_TH = "65503264d484520d32c97d00e8c698c4c17fe90d10035c4ae1fabf4e69fb0c7b"
-"""The loss and the TH of its gradients at init for seed-11 tokens ``[3, 17]`` (the tiny
-manifest), as the decoder computed them before it had a tap."""
+"""The loss at init for seed-11 tokens ``[3, 17]`` (the tiny manifest), as the decoder computed
+it before it had a tap. Only the loss is pinned across machines: its gradients go through
+matrix kernels whose summation order depends on the CPU (DESIGN.md section 8, "Bitwise torch
+on CPU"; a TH of them pinned on an Intel machine differed on an AMD EPYC with AVX-512), so
+they are compared within the process, where bitwise equality is promised."""
 
 
 def _pinned_inputs(manifest: RunManifest) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -105,8 +107,9 @@ def _loss_and_grads(params: dict[str, torch.Tensor], value: torch.Tensor) -> tup
 
 def test_loss_is_pinned_bit_for_bit(manifest: RunManifest) -> None:
     params, tokens = _pinned_inputs(manifest)
-    got = _loss_and_grads(params, loss(params, tokens, manifest.model))
-    assert got == (PINNED_LOSS_F32, PINNED_GRADS_TH)
+    got, grads = _loss_and_grads(params, loss(params, tokens, manifest.model))
+    assert got == PINNED_LOSS_F32
+    assert _loss_and_grads(params, loss(params, tokens, manifest.model)) == (got, grads)
 
 
 def test_an_identity_tap_sees_every_op_in_order_and_changes_nothing(
@@ -119,8 +122,10 @@ def test_an_identity_tap_sees_every_op_in_order_and_changes_nothing(
         seen.append((layer, op, tuple(out.shape)))
         return out
 
+    untapped = _loss_and_grads(params, loss(params, tokens, manifest.model))
     value = forward(params, tokens, manifest.model, tap)
-    assert _loss_and_grads(params, value) == (PINNED_LOSS_F32, PINNED_GRADS_TH)
+    assert _loss_and_grads(params, value) == untapped
+    assert untapped[0] == PINNED_LOSS_F32
     n, (b, t, d) = manifest.model.n_layers, (3, manifest.model.seq_len, manifest.model.d_model)
     assert [(layer, op) for layer, op, _ in seen] == [
         (layer, op) for layer in range(n + 1) for op in layer_ops(n, layer) if op != "update"
