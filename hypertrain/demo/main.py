@@ -40,10 +40,15 @@ With auditors, once the rounds are done the demo waits (:data:`PAYOUT_SECONDS`) 
 is RELEASED (final, and its escrow vested: the demo's ledger settings are short,
 :mod:`hypertrain.demo.workspace`), asks ``GET /internal/v1/get_weights`` for the current chain
 epoch as the Cortex master would, and prints the answer's weights and the ledger's totals.
+Then (:mod:`hypertrain.demo.checkpoint`, bounded by :data:`CHECKPOINT_SECONDS`) it waits for the
+last round's checkpoint to be final, fetches it into ``DIR/checkpoint``, verifies it with
+``hypertrain verify-checkpoint --replay`` against the daemon, prints a sample of what the model
+writes and, with ``--keep``, the command that verifies the kept checkpoint again later.
 
 Exit status: 0 when ``N`` rounds were applied, the held-out loss of the last merged theta is
 below that of theta(0) and (with auditors) the audits and the payout went as promised (every
-honest miner paid, no caught cheater paid, the ledger balanced); 1 otherwise, with the reason
+honest miner paid, no caught cheater paid, the ledger balanced, the last checkpoint final and
+VERIFIED by replay); 1 otherwise, with the reason
 (and the tail of the failing child's log);
 2 a usage error; 130 interrupted (Ctrl-C). The children are stopped in every case.
 """
@@ -66,6 +71,7 @@ import trio
 from hypertrain.beacon.chain import ChainInfo
 from hypertrain.cli.common import EXIT_USAGE, OneLineParser, positive_int_arg
 from hypertrain.datasets.pin import pin_async
+from hypertrain.demo.checkpoint import CHECKPOINT_SECONDS, CheckpointResult, check_checkpoint
 from hypertrain.demo.children import Child, ChildFailed, Children, open_children
 from hypertrain.demo.table import (
     HEADER,
@@ -74,6 +80,7 @@ from hypertrain.demo.table import (
     Payout,
     RoundRow,
     Table,
+    Verdict,
     summary_lines,
     verdict,
 )
@@ -533,6 +540,16 @@ async def run_demo(options: DemoOptions, say: Say = _say) -> int:
                 if options.auditors or options.dispute:
                     with trio.move_on_after(PAYOUT_SECONDS):
                         payout = await _payout(client, ws, net, say)
+                checkpoint = None
+                if options.auditors or options.dispute:
+                    with trio.move_on_after(CHECKPOINT_SECONDS):
+                        checkpoint = await check_checkpoint(
+                            client, url, net.run_id, options.rounds - 1, root, ws.coord.ss58
+                        )
+                    if checkpoint is None:
+                        checkpoint = CheckpointResult(
+                            root / "checkpoint", failure="the last checkpoint was not final in time"
+                        )
                 audits = None
                 if options.auditors or options.dispute:
                     await api.call(
@@ -544,12 +561,21 @@ async def run_demo(options: DemoOptions, say: Say = _say) -> int:
                 await miner.wait(STOP_GRACE)
             await daemon.stop(STOP_GRACE)
         result = verdict(rows, options.rounds, initial, audits, drill, payout)
+        if result.ok and checkpoint is not None:
+            result = (
+                Verdict(False, f"the last checkpoint: {checkpoint.failure}")
+                if checkpoint.failure is not None
+                else Verdict(True, f"{result.reason}, and the last checkpoint verified by replay")
+            )
         for line in summary_lines(rows, options.rounds, initial, trio.current_time() - started):
             say(line)
         if audits is not None:
             say(audits.line())
         if payout is not None:
             for line in payout.lines(net.names):
+                say(line)
+        if checkpoint is not None:
+            for line in checkpoint.lines(root, options.keep is not None, ws.coord.ss58):
                 say(line)
         say(f"demo: {'ok' if result.ok else 'FAILED'}: {result.reason}")
         return EXIT_OK if result.ok else EXIT_FAILED

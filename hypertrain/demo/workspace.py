@@ -125,6 +125,10 @@ class Workspace:
             "HYPERTRAIN_HOLDOUT_DIR": str(self.dataset),
             "HYPERTRAIN_EPOCH_SECONDS": str(EPOCH_SECONDS),
             "HYPERTRAIN_VEST_ROUNDS": str(VEST_ROUNDS),
+            "HYPERTRAIN_DATASET_NAME": "python-stdlib",
+            "HYPERTRAIN_DATASET_LICENSE": "PSF-2.0",
+            "HYPERTRAIN_DATASET_ATTRIBUTION": "The Python standard library's sources, "
+            "Python Software Foundation",
         }
 
     @property

@@ -128,7 +128,7 @@ def test_the_demo_applies_two_rounds_catches_its_honeypot_and_the_loss_falls(
     assert out[-1] == (
         "demo: ok: 2 rounds applied, the held-out loss fell, every bad honeypot audited was"
         " caught, no honest miner was flagged, and get_weights paid every honest miner and no"
-        " cheater"
+        " cheater, and the last checkpoint verified by replay"
     )
     # The files were kept where it said, and nothing it started is still running.
     assert (keep / "state" / "challenge.db").is_file()
