@@ -196,3 +196,16 @@ def test_the_cli_starts_without_importing_torch() -> None:
         check=False,
     )
     assert done.returncode == 0
+
+
+def test_the_operator_guides_loading_snippet_runs(
+    ckpt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
+) -> None:
+    guide = (ROOT / "docs" / "operator.md").read_text(encoding="utf-8")
+    section = guide.split("## 10. Loading a checkpoint outside hypertrain", 1)[1]
+    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", str(ckpt), "--out", "exported"]) == 0
+    capsys.readouterr()
+    exec(compile(snippet, "operator.md", "exec"), {})
+    assert capsys.readouterr().out.startswith("hypertrain-decoder 2 layers, d_model 32\n")
