@@ -2,4 +2,5 @@
 merge step both aggregators run (:mod:`.step`), the rollback of rounds ``w`` and ``w + 1``
 without faulted miners and its check by anyone (:mod:`.rollback`), and the aggregator run from
 outside the daemon (:mod:`.remote`, ``hypertrain aggregate``), which also finalises each round
-(:mod:`.remote_final`)."""
+(:mod:`.remote_final`); checkpoints (:mod:`.checkpoint`) and their model exported for loaders
+outside hypertrain (:mod:`.export`, ``hypertrain export``)."""

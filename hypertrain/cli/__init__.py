@@ -14,7 +14,17 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from hypertrain.cli import aggregate, beacon, datasets, envelope, jcs, keys, ledger, manifest
+from hypertrain.cli import (
+    aggregate,
+    beacon,
+    datasets,
+    envelope,
+    jcs,
+    keys,
+    ledger,
+    manifest,
+    model,
+)
 from hypertrain.cli.common import (
     EXIT_INVALID,
     EXIT_USAGE,
@@ -36,6 +46,7 @@ GROUPS: tuple[CliGroup, ...] = (
     datasets,
     aggregate,
     ledger,
+    model,
 )
 """The command groups, in help order."""
 

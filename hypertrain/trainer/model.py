@@ -43,11 +43,9 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from hypertrain.protocol.manifest import ModelSpec
-from hypertrain.trainer.params import check_supported, head_dim, layer_name
+from hypertrain.trainer.params import RMS_EPS, check_supported, head_dim, layer_name
 
 __all__ = ["RMS_EPS", "Tap", "embed", "forward", "loss", "rms_norm", "rope_tables"]
-
-RMS_EPS = 1e-6
 
 
 class _Embed(torch.autograd.Function):

@@ -38,6 +38,7 @@ from hypertrain.trainer.errors import UnsupportedModel
 from hypertrain.trainer.philox import uniform24
 
 __all__ = [
+    "RMS_EPS",
     "F32Array",
     "check_supported",
     "head_dim",
@@ -49,6 +50,10 @@ __all__ = [
 ]
 
 F32Array = np.ndarray[Any, np.dtype[np.float32]]
+
+RMS_EPS = 1e-6
+"""The RMSNorm epsilon of :func:`hypertrain.trainer.model.rms_norm` (here so that what reads it,
+such as ``hypertrain export``, need not import torch)."""
 
 
 def check_supported(model: ModelSpec) -> None:
