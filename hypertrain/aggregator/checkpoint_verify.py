@@ -55,8 +55,8 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import attrs
 from attrs import frozen
@@ -92,6 +92,8 @@ __all__ = [
     "replay_checkpoint",
     "verify_checkpoint",
 ]
+
+T = TypeVar("T")
 
 
 class CheckpointInvalid(ContractMismatch):
@@ -177,16 +179,18 @@ def _check_files(files: Mapping[str, bytes], others: Mapping[str, str], out: Fai
         out.add("files", f"must be exactly {', '.join(FILES)}: {'; '.join(problems)}")
 
 
-def _parse_manifest(data: bytes | None, out: Failures) -> SignedCheckpoint | None:
+def _parsed(check: str, parse: Callable[[bytes], T], data: bytes | None, out: Failures) -> T | None:
+    """``parse(data)``, or None when the file is missing or fails ``check`` (added to ``out``)."""
     if data is None:
         return None
     try:
-        return parse_manifest(data)
+        return parse(data)
     except ProtocolError as e:
-        out.add("manifest", e.detail)
-        for name in ("license", "dataset"):
-            if f"$.body.{name}" in e.detail:
-                out.add(name, f"invalid in the manifest: {e.detail}")
+        out.add(check, e.detail)
+        if check == "manifest":
+            for name in ("license", "dataset"):
+                if f"$.body.{name}" in e.detail:
+                    out.add(name, f"invalid in the manifest: {e.detail}")
         return None
 
 
@@ -208,16 +212,6 @@ def _check_manifest(
                 out.add(
                     f"hash:{name}", f"sha256 {got}, the manifest says {manifest.body.files[name]}"
                 )
-
-
-def _parse_lineage(data: bytes | None, out: Failures) -> Lineage | None:
-    if data is None:
-        return None
-    try:
-        return parse_lineage(data)
-    except ProtocolError as e:
-        out.add("lineage", e.detail)
-        return None
 
 
 def _check_lineage(lineage: Lineage, manifest: SignedCheckpoint | None, out: Failures) -> None:
@@ -300,10 +294,10 @@ def check_checkpoint(
     """
     out = Failures()
     _check_files(files, others or {}, out)
-    manifest = _parse_manifest(files.get(MANIFEST_FILE), out)
+    manifest = _parsed("manifest", parse_manifest, files.get(MANIFEST_FILE), out)
     if manifest is not None:
         _check_manifest(manifest, files, signer, out)
-    lineage = _parse_lineage(files.get(LINEAGE_FILE), out)
+    lineage = _parsed("lineage", parse_lineage, files.get(LINEAGE_FILE), out)
     if lineage is not None:
         _check_lineage(lineage, manifest, out)
     model_file = files.get(MODEL_FILE)

@@ -136,7 +136,8 @@ def test_one_weight_changed_and_resealed_fails_model_and_replay(chain: Chain) ->
     assert failed(files, chain.store.__getitem__) == ["model", "replay.model"]
 
 
-def test_a_model_file_whose_theta_hash_is_resealed_too_fails_only_the_replay(chain: Chain) -> None:
+def test_a_model_file_resealed_with_its_theta_hash_fails_replay_model(chain: Chain) -> None:
+    """(``theta_hash`` catches it too, against the last tape; the replay compares the file.)"""
     files = chain.checkpoint()
     changed = _one_weight_changed(files)
     files = resealed({**files, MODEL_FILE: changed}, theta_hash=read_model(changed).theta_hash())
