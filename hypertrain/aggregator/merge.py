@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
-from typing import Literal
+from typing import Literal, Protocol
 
 import attrs
 import numpy as np
@@ -31,13 +31,14 @@ from hypertrain.aggregator.exact import ExactSum, split_f32
 from hypertrain.aggregator.outerstate import OuterState
 from hypertrain.protocol.errors import HypertrainError, Malformed
 from hypertrain.protocol.f32 import f32_from_hex, f32_hex
-from hypertrain.protocol.manifest import OuterSpec
+from hypertrain.protocol.manifest import OuterOpt
 from hypertrain.trainer.codec import F32Array
 
 __all__ = [
     "CClipResult",
     "MergeInputError",
     "MergeResult",
+    "OuterParams",
     "Params",
     "UnsupportedOuterOpt",
     "aggregate_round",
@@ -69,6 +70,23 @@ def _f32_param(what: str, h: str) -> np.float32:
     return _F32(value)
 
 
+class OuterParams(Protocol):
+    """What :meth:`Params.from_outer` reads: a manifest ``OuterSpec`` or a tape's ``params``."""
+
+    @property
+    def opt(self) -> OuterOpt: ...
+    @property
+    def lr(self) -> str: ...
+    @property
+    def momentum(self) -> str: ...
+    @property
+    def preclip_norm(self) -> str: ...
+    @property
+    def cclip_tau(self) -> str: ...
+    @property
+    def cclip_iters(self) -> int: ...
+
+
 @attrs.frozen
 class Params:
     """The outer section of the manifest as float32 scalars (``opt`` nesterov only)."""
@@ -81,8 +99,9 @@ class Params:
     cclip_iters: int
 
     @classmethod
-    def from_outer(cls, outer: OuterSpec) -> Params:
-        """Decode ``outer``; sparseloco raises :class:`UnsupportedOuterOpt`."""
+    def from_outer(cls, outer: OuterParams) -> Params:
+        """Decode ``outer`` (the manifest's, or a signed tape's own ``params``); sparseloco
+        raises :class:`UnsupportedOuterOpt`."""
         if outer.opt != "nesterov":
             raise UnsupportedOuterOpt(f"outer optimizer {outer.opt!r} is not implemented")
         return cls(

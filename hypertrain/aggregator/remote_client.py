@@ -40,6 +40,7 @@ __all__ = [
     "RemoteError",
     "Retry",
     "TokenRefused",
+    "response_detail",
 ]
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,8 @@ class Retry:
 DEFAULT_RETRY: Final = Retry()
 
 
-def _detail(response: httpx.Response) -> str:
+def response_detail(response: httpx.Response) -> str:
+    """The ``detail`` of an error answer (or the start of its text)."""
     try:
         body: Any = response.json()
     except ValueError:
@@ -133,8 +135,8 @@ class AggregatorClient:
                     return response
                 if response.status_code not in _RETRIED_STATUSES:
                     cls = TokenRefused if response.status_code == 401 else Refused
-                    raise cls(method, path, response.status_code, _detail(response))
-                problem = f"HTTP {response.status_code}: {_detail(response)}"
+                    raise cls(method, path, response.status_code, response_detail(response))
+                problem = f"HTTP {response.status_code}: {response_detail(response)}"
             if attempt < len(delays):
                 log.warning(
                     "%s %s failed (%s); retrying in %g s", method, path, problem, delays[attempt]

@@ -5,7 +5,8 @@ which adds its parsers and sets ``handler`` (``(argparse.Namespace) -> int``) on
 command. To add a group, write the module and append it to :data:`GROUPS`.
 
 Exit status: 0 success, 1 the input data is invalid (a refused envelope or body, bad JSON, a
-damaged ledger journal), 2 usage, configuration or key file errors; ``aggregate`` adds 3, the
+damaged ledger journal, a checkpoint that fails verification), 2 usage, configuration or key
+file errors; ``aggregate``, ``verify-checkpoint --api`` and ``checkpoint fetch`` add 3, the
 daemon unreachable. Every error is one line on stderr, never a traceback.
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from hypertrain.cli import (
     aggregate,
     beacon,
+    checkpoint,
     datasets,
     envelope,
     jcs,
@@ -46,6 +48,7 @@ GROUPS: tuple[CliGroup, ...] = (
     datasets,
     aggregate,
     ledger,
+    checkpoint,
     model,
 )
 """The command groups, in help order."""
@@ -57,7 +60,7 @@ def build_parser() -> OneLineParser:
         prog="hypertrain",
         description="hypertrain: verifiable decentralised training (umbrella command).",
         epilog="exit status: 0 ok, 1 invalid input data, 2 usage/config/key error,"
-        " 3 daemon unreachable (aggregate)",
+        " 3 daemon unreachable (aggregate, verify-checkpoint --api, checkpoint fetch)",
     )
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     for group in GROUPS:

@@ -22,7 +22,6 @@ import sys
 from functools import partial
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 import httpx
 import trio
@@ -44,6 +43,7 @@ from hypertrain.cli.common import (
     CliError,
     OneLineParser,
     Subparsers,
+    api_arg,
     fail,
     hex64_arg,
     print_json,
@@ -75,13 +75,6 @@ def read_token_file(path: str) -> str:
             " containing whitespace)"
         )
     return token.decode("utf-8", "surrogateescape")
-
-
-def _api_arg(value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an http(s) URL")
-    return value.rstrip("/")
 
 
 def _report(report: Report) -> None:
@@ -152,7 +145,7 @@ def register(subparsers: Subparsers[Any]) -> None:
         "each round once the daemon accepts it, from outside the daemon. Exit status: 0 ok, "
         "1 refused by the daemon, 2 usage/key/token problem, 3 daemon unreachable.",
     )
-    parser.add_argument("--api", required=True, type=_api_arg, metavar="URL", help="daemon URL")
+    parser.add_argument("--api", required=True, type=api_arg, metavar="URL", help="daemon URL")
     parser.add_argument("--run-id", required=True, type=hex64_arg, metavar="ID", help="run id")
     parser.add_argument(
         "--admin-token-file", required=True, metavar="F", help="file holding the admin token"

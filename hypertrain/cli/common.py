@@ -7,10 +7,11 @@ import json
 import sys
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
+from urllib.parse import urlsplit
 
 from hypertrain.protocol.errors import Malformed
 from hypertrain.protocol.jcs import MAX_SAFE_INT, parse_json
-from hypertrain.protocol.validators import is_hex64
+from hypertrain.protocol.validators import is_hex64, is_ss58_address
 
 __all__ = [
     "EXIT_INVALID",
@@ -20,6 +21,7 @@ __all__ = [
     "CliGroup",
     "OneLineParser",
     "Subparsers",
+    "api_arg",
     "exception_leaves",
     "fail",
     "hex64_arg",
@@ -27,6 +29,7 @@ __all__ = [
     "print_json",
     "read_input",
     "read_json",
+    "ss58_arg",
 ]
 
 EXIT_OK = 0
@@ -98,6 +101,21 @@ def hex64_arg(value: str) -> str:
     if not is_hex64(value):
         raise argparse.ArgumentTypeError(f"{value!r} is not 64 lowercase hex chars")
     return value
+
+
+def ss58_arg(value: str) -> str:
+    """argparse type: an SS58 address (prefix 42, valid checksum)."""
+    if not is_ss58_address(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not an SS58 address")
+    return value
+
+
+def api_arg(value: str) -> str:
+    """argparse type: a daemon's http(s) base URL, without a trailing slash."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an http(s) URL")
+    return value.rstrip("/")
 
 
 def positive_int_arg(value: str) -> int:

@@ -30,6 +30,7 @@ from hypertrain.cli.common import (
     positive_int_arg,
     print_json,
     read_json,
+    ss58_arg,
 )
 from hypertrain.datasets.errors import DatasetError
 from hypertrain.datasets.manifest import MANIFEST_FILE, DatasetManifest, load_record
@@ -40,7 +41,6 @@ from hypertrain.protocol.example import EXAMPLE_COORD_SEED
 from hypertrain.protocol.keys import Keypair, load_keypair
 from hypertrain.protocol.manifest import Beacon, DatasetSpec, ModelSpec, RunManifest
 from hypertrain.protocol.testmode import build_test_mode_manifest
-from hypertrain.protocol.validators import is_ss58_address
 from hypertrain.trainer.params import init_state_hash
 
 __all__ = ["beacon_of_chain", "register"]
@@ -49,13 +49,6 @@ _DEFAULT_COORD_SOURCE = (
     "default: the example coordinator key (seed 00..1f, as the operator guide's test server); "
     "not an operational key, pass --coord-pubkey or --coord-key"
 )
-
-
-def _ss58_arg(value: str) -> str:
-    """argparse type: an SS58 address (prefix 42, valid checksum)."""
-    if not is_ss58_address(value):
-        raise argparse.ArgumentTypeError(f"{value!r} is not an SS58 address")
-    return value
 
 
 def beacon_of_chain(chain: ChainInfo) -> Beacon:
@@ -159,14 +152,14 @@ def _add_example(commands: Subparsers[Any]) -> None:
     )
     coord = example.add_mutually_exclusive_group()
     coord.add_argument(
-        "--coord-pubkey", type=_ss58_arg, metavar="SS58", help="the service's K_coord address"
+        "--coord-pubkey", type=ss58_arg, metavar="SS58", help="the service's K_coord address"
     )
     coord.add_argument("--coord-key", metavar="FILE", help="K_coord key file (its address is used)")
     example.add_argument(
         "--auditor",
         action="append",
         default=[],
-        type=_ss58_arg,
+        type=ss58_arg,
         metavar="SS58",
         help="an auditor hotkey (repeatable; default none)",
     )

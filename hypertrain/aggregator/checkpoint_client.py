@@ -1,0 +1,297 @@
+"""A daemon's public checkpoint routes, from outside it: list, download, fetch replay objects.
+
+Routes (no token)::
+
+    GET {api}/v1/runs/{id}/checkpoints                     the listing (:class:`Listing`)
+    GET {api}/v1/runs/{id}/checkpoints/{w}/{file}          a checkpoint file, raw bytes
+    GET {api}/v1/runs/{id}/checkpoints/{w}/objects/{sha}   an object its tapes name (404: none)
+
+One synchronous :class:`httpx.Client` (the commands are synchronous, and so is a replay's
+``load_object``), with an injectable transport, no proxies or certificates from the
+environment (``trust_env=False``), no redirects, and the timeouts and backoff of
+:class:`~.remote_client.Retry`: a network error or a 502/503/504 is retried, then
+:class:`~.remote_client.DaemonUnreachable`; any other non-2xx is
+:class:`~.remote_client.Refused` with the daemon's ``detail``, except an object's 404, which is
+NotFound (a replay names the missing object).
+
+:func:`fetch_checkpoint` downloads one checkpoint into a directory: the three files go to a
+fresh temporary directory next to ``out`` (the model file streamed to disk), each is checked
+against the listing's sha256 and the two hashed files against the manifest's ``files``, and only
+then is the directory renamed to ``out``; on any failure nothing is left behind. A file that is
+not what the listing or the manifest says raises :class:`CheckpointMismatch`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import httpx
+from attrs import field, frozen
+
+from hypertrain.aggregator.checkpoint import (
+    FILES,
+    HASHED_FILES,
+    MANIFEST_FILE,
+    Status,
+    parse_manifest,
+)
+from hypertrain.aggregator.remote_client import (
+    DEFAULT_RETRY,
+    DaemonUnreachable,
+    Refused,
+    RemoteError,
+    Retry,
+    response_detail,
+)
+from hypertrain.protocol.converter import structure
+from hypertrain.protocol.errors import Malformed, NotFound
+from hypertrain.protocol.validators import (
+    FieldError,
+    hex64,
+    instance_of,
+    list_of,
+    one_of_literal,
+    u_int,
+)
+
+__all__ = [
+    "CheckpointClient",
+    "CheckpointMismatch",
+    "Entry",
+    "Fetched",
+    "Listing",
+    "fetch_checkpoint",
+]
+
+_RETRIED = frozenset({502, 503, 504})
+_CHUNK = 1 << 20
+
+
+class CheckpointMismatch(RemoteError):
+    """The daemon's listing or a downloaded file is not what it should be."""
+
+
+def _files(_inst: object, attribute: Any, value: Any) -> None:
+    if not isinstance(value, dict) or sorted(value) != sorted(FILES):
+        raise FieldError(attribute.name, f"must name exactly {', '.join(FILES)}")
+    for name, digest in value.items():
+        hex64.check(f"{attribute.name}.{name}", digest)
+
+
+@frozen
+class Entry:
+    """One checkpoint of the listing."""
+
+    w: int = field(validator=u_int)
+    rounds: tuple[int, ...] = field(validator=list_of(u_int))
+    status: Status = field(validator=one_of_literal(Status))
+    theta_hash: str = field(validator=hex64)
+    files: dict[str, str] = field(validator=_files)
+
+    def __attrs_post_init__(self) -> None:
+        if len(self.rounds) != 2 or self.rounds[1] != self.w or self.rounds[0] > self.w:
+            raise FieldError("rounds", "must be [w_start, w] with 0 <= w_start <= w")
+
+
+@frozen
+class Listing:
+    """``GET /v1/runs/{id}/checkpoints``: the run's checkpoints, by increasing ``w``."""
+
+    run_id: str = field(validator=hex64)
+    checkpoints: tuple[Entry, ...] = field(validator=list_of(instance_of(Entry)))
+
+    def __attrs_post_init__(self) -> None:
+        ws = [entry.w for entry in self.checkpoints]
+        if ws != sorted(set(ws)):
+            raise FieldError("checkpoints", "must be sorted by w, each w once")
+
+
+@frozen
+class Fetched:
+    """A checkpoint written to ``out``: which one, and the sha256 of each file."""
+
+    run_id: str
+    w: int
+    status: Status
+    out: str
+    files: dict[str, str]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{run_id, w, status, out, files}``."""
+        return {
+            "run_id": self.run_id,
+            "w": self.w,
+            "status": self.status,
+            "out": self.out,
+            "files": dict(self.files),
+        }
+
+
+class CheckpointClient:
+    """The public checkpoint routes of the daemon at ``api`` (module doc)."""
+
+    def __init__(
+        self,
+        api: str,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        retry: Retry = DEFAULT_RETRY,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.api = api.rstrip("/")
+        self.retry = retry
+        self._sleep = sleep
+        self._http = httpx.Client(
+            transport=transport, timeout=retry.timeout, trust_env=False, follow_redirects=False
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> CheckpointClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _get(self, path: str, *, ok: tuple[int, ...] = (), stream: bool = False) -> httpx.Response:
+        """GET ``path``, retried (module doc). A ``stream`` answer's body is still to be read
+        (the caller closes it); otherwise it has been read."""
+        delays = self.retry.delays()
+        request = self._http.build_request("GET", self.api + path)
+        for attempt in range(self.retry.attempts):
+            try:
+                response = self._http.send(request, stream=stream)
+                if response.is_success or response.status_code in ok:
+                    return response
+                try:
+                    response.read()
+                finally:
+                    response.close()
+            except httpx.TransportError as e:
+                problem = f"{type(e).__name__}: {e}"
+            else:
+                if response.status_code not in _RETRIED:
+                    raise Refused("GET", path, response.status_code, response_detail(response))
+                problem = f"HTTP {response.status_code}: {response_detail(response)}"
+            if attempt < len(delays):
+                self._sleep(delays[attempt])
+        raise DaemonUnreachable(
+            f"GET {self.api}{path}: no answer after {self.retry.attempts} tries ({problem})"
+        )
+
+    def listing(self, run_id: str) -> Listing:
+        """The run's checkpoints; CheckpointMismatch for a listing that is not one."""
+        response = self._get(f"/v1/runs/{run_id}/checkpoints")
+        try:
+            listing = structure(Listing, response.json())
+        except (ValueError, Malformed) as e:
+            raise CheckpointMismatch(f"the checkpoint listing is not valid: {e}") from e
+        if listing.run_id != run_id:
+            raise CheckpointMismatch(f"the listing is of run {listing.run_id}, not {run_id}")
+        return listing
+
+    def download(self, run_id: str, w: int, name: str, out: BinaryIO) -> str:
+        """Stream file ``name`` of checkpoint ``w`` into ``out`` (rewound for each try, also
+        when the connection breaks mid-file); returns its sha256."""
+        path = f"/v1/runs/{run_id}/checkpoints/{w}/{name}"
+        delays = self.retry.delays()
+        for attempt in range(self.retry.attempts):
+            out.seek(0)
+            out.truncate()
+            digest = hashlib.sha256()
+            response = self._get(path, stream=True)
+            try:
+                for chunk in response.iter_bytes(_CHUNK):
+                    digest.update(chunk)
+                    out.write(chunk)
+                return digest.hexdigest()
+            except httpx.TransportError as e:
+                if attempt == len(delays):
+                    raise DaemonUnreachable(f"GET {self.api}{path}: {e}") from e
+                self._sleep(delays[attempt])
+            finally:
+                response.close()
+        raise DaemonUnreachable(f"GET {self.api}{path}: no tries")  # attempts < 1
+
+    def get_object(self, run_id: str, w: int, sha256: str) -> bytes:
+        """Object ``sha256`` of checkpoint ``w``'s tapes, unchecked (a replay checks it);
+        NotFound on 404."""
+        response = self._get(f"/v1/runs/{run_id}/checkpoints/{w}/objects/{sha256}", ok=(404,))
+        if response.status_code == 404:
+            raise NotFound(f"the daemon has no object {sha256}: {response_detail(response)}")
+        return response.content
+
+
+def _pick(listing: Listing, w: int | None) -> Entry:
+    if not listing.checkpoints:
+        raise CheckpointMismatch(f"run {listing.run_id} has no checkpoint yet")
+    if w is None:
+        return listing.checkpoints[-1]
+    for entry in listing.checkpoints:
+        if entry.w == w:
+            return entry
+    ws = ", ".join(str(e.w) for e in listing.checkpoints)
+    raise CheckpointMismatch(f"run {listing.run_id} has no checkpoint at w={w} (it has {ws})")
+
+
+def _refuse_nonempty(out: Path) -> None:
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise FileExistsError(f"{out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()):
+        raise FileExistsError(f"{out}: exists and is not empty")
+
+
+def _check(entry: Entry, run_id: str, hashes: dict[str, str], manifest_file: Path) -> None:
+    for name in FILES:
+        if hashes[name] != entry.files[name]:
+            raise CheckpointMismatch(
+                f"{name}: the bytes hash to {hashes[name]}, the listing says {entry.files[name]}"
+            )
+    try:
+        body = parse_manifest(manifest_file.read_bytes()).body
+    except Malformed as e:
+        raise CheckpointMismatch(f"{MANIFEST_FILE}: {e.detail}") from e
+    for name in HASHED_FILES:
+        if body.files[name] != hashes[name]:
+            raise CheckpointMismatch(
+                f"{name}: the bytes hash to {hashes[name]}, the manifest says {body.files[name]}"
+            )
+    said = (body.run_id, body.rounds[1], body.status)
+    if said != (run_id, entry.w, entry.status):
+        raise CheckpointMismatch(
+            f"{MANIFEST_FILE}: is of run {said[0]} w={said[1]} ({said[2]}), the listing's"
+            f" entry is w={entry.w} ({entry.status})"
+        )
+
+
+def fetch_checkpoint(
+    client: CheckpointClient, run_id: str, out: Path, *, w: int | None = None
+) -> Fetched:
+    """Download checkpoint ``w`` (default: the newest) of run ``run_id`` into ``out``, which
+    must not exist or be an empty directory (FileExistsError otherwise); module doc."""
+    _refuse_nonempty(out)
+    entry = _pick(client.listing(run_id), w)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent))
+    try:
+        hashes = {}
+        for name in FILES:
+            with open(tmp / name, "wb") as f:
+                hashes[name] = client.download(run_id, entry.w, name, f)
+                f.flush()
+                os.fsync(f.fileno())
+        _check(entry, run_id, hashes, tmp / MANIFEST_FILE)
+        _refuse_nonempty(out)
+        os.rename(tmp, out)  # replaces an empty directory, atomically
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Fetched(run_id=run_id, w=entry.w, status=entry.status, out=str(out), files=hashes)
