@@ -39,15 +39,13 @@ from hypertrain.aggregator.checkpoint import (
     read_model,
     verify_manifest_signature,
 )
-from hypertrain.aggregator.merge import Params
+from hypertrain.aggregator.checkpoint_verify import verify_checkpoint
 from hypertrain.aggregator.tape import parse_signed_tape, tape_key
-from hypertrain.aggregator.tape_replay import replay_tape
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.protocol.envelope import NEVER, seal, verify
 from hypertrain.protocol.hashes import honeypot_commit
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
-from hypertrain.protocol.tensorhash import th_hex
 from hypertrain.rounds.finality import Entry, Verdict, entitlements_root
 from nurseries.testing import open_asgi_transport
 from tests.coordinator.harness import WORKER_TOKEN, admin_headers, write_secret
@@ -150,7 +148,8 @@ async def _checkpoints(
 ) -> None:
     """Every round has a final checkpoint (every = 1) whose lineage is the applied tapes and
     which replays from the objects its route serves; round 0's was provisional with the
-    honeypot's delta, rebuilt without it by the rollback, then final."""
+    honeypot's delta, rebuilt without it by the rollback, then final. The last one verifies
+    with every merge replayed from what the checkpoint routes serve."""
     base = f"/v1/runs/{run_id}/checkpoints"
     listing = (await client.get(base)).json()
     assert [c["w"] for c in listing["checkpoints"]] == list(range(ROUNDS))
@@ -178,12 +177,13 @@ async def _checkpoints(
         r = await client.get(f"{base}/{ROUNDS - 1}/objects/{key}")
         assert r.status_code == 200, r.text
         stored[key] = r.content
-    params = Params.from_outer(manifest.outer)
-    for tape in tapes:
-        report = replay_tape(
-            tape, coord_ss58=COORD.ss58, load_object=stored.__getitem__, outer_params=params
-        )
-    assert th_hex(report.state.theta) == read_model(files[MODEL_FILE]).theta_hash()
+    report = verify_checkpoint(files, signer=COORD.ss58, load_object=stored.__getitem__)
+    assert (report.replayed, report.replayed_rounds, report.genesis) == (True, ROUNDS, True)
+    assert (
+        report.theta_hash == read_model(files[MODEL_FILE]).theta_hash() == tapes[-1].body.theta_hash
+    )
+    assert report.rounds == (0, ROUNDS - 1)
+    assert report.dataset.merkle_root == manifest.dataset.merkle_root
     # what is not part of a checkpoint is not served
     for path, status in (
         (f"{base}/{ROUNDS - 1}/objects/{'ab' * 32}", 404),
