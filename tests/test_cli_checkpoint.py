@@ -16,6 +16,7 @@ import pytest
 
 from hypertrain.aggregator.checkpoint import (
     FILES,
+    LINEAGE_FILE,
     MANIFEST_FILE,
     MODEL_FILE,
     build_checkpoint,
@@ -26,6 +27,7 @@ from hypertrain.aggregator.outerstate import unpack_outer
 from hypertrain.aggregator.remote_client import Retry
 from hypertrain.cli import build_parser, main
 from hypertrain.cli.checkpoint import fetch_main, verify_main
+from hypertrain.coordinator.tables.checkpoints import CheckpointRow
 from tests.aggregator.chain import COORD, INFO_OF, OTHER, Chain, make_chain
 
 Capture = pytest.CaptureFixture[str]
@@ -215,15 +217,19 @@ class FakeDaemon:
         items = []
         for w, files in sorted(self.checkpoints.items()):
             body = parse_manifest(files[MANIFEST_FILE]).body
-            items.append(
-                {
-                    "w": w,
-                    "rounds": list(body.rounds),
-                    "status": body.status,
-                    "theta_hash": body.theta_hash,
-                    "files": {n: hashlib.sha256(b).hexdigest() for n, b in files.items()},
-                }
+            keys = {n: hashlib.sha256(b).hexdigest() for n, b in files.items()}
+            row = CheckpointRow(  # the daemon's listing entry, as it serves it
+                run_id=self.run_id,
+                w=w,
+                status=body.status,
+                theta_hash=body.theta_hash,
+                manifest_key=keys[MANIFEST_FILE],
+                lineage_key=keys[LINEAGE_FILE],
+                model_key=keys[MODEL_FILE],
+                tapes=(),
+                written_round=100 + w,
             )
+            items.append(row.listing())
         return {"run_id": self.run_id, "checkpoints": items}
 
     def handler(self, request: httpx.Request) -> httpx.Response:

@@ -94,6 +94,8 @@ class Entry:
     status: Status = field(validator=one_of_literal(Status))
     theta_hash: str = field(validator=hex64)
     files: dict[str, str] = field(validator=_files)
+    written_round: int = field(validator=u_int)
+    """D when the daemon wrote it (a provisional one is rewritten after a rollback)."""
 
     def __attrs_post_init__(self) -> None:
         if len(self.rounds) != 2 or self.rounds[1] != self.w or self.rounds[0] > self.w:
