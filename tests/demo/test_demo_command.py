@@ -11,12 +11,20 @@ it said, and no child outlives the demo.
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
+from safetensors import safe_open
+from safetensors.numpy import load as st_load
+from safetensors.numpy import save as st_save
 
+from hypertrain.demo.checkpoint import CHECKPOINT_SECONDS
 from hypertrain.demo.children import child_env
 from hypertrain.demo.main import (
     ROUND_SECONDS,
@@ -25,10 +33,19 @@ from hypertrain.demo.main import (
     STARTUP_SECONDS,
     STOP_GRACE,
 )
+from hypertrain.protocol.hashes import checkpoint_signed_bytes
+from hypertrain.protocol.jcs import canonical_json
+from hypertrain.protocol.keys import Keypair
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_TIMEOUT = (
-    STARTUP_SECONDS + SETUP_SECONDS + 2 * ROUND_SECONDS + SCORING_SECONDS + 4 * STOP_GRACE + 30
+    STARTUP_SECONDS
+    + SETUP_SECONDS
+    + 2 * ROUND_SECONDS
+    + SCORING_SECONDS
+    + CHECKPOINT_SECONDS
+    + 4 * STOP_GRACE
+    + 30
 )
 """Seconds: the demo's own bounds for two rounds of two miners (daemon start-up, setup, the
 rounds, the last scoring, stopping two miners, the daemon and the rest) plus 30 s for the
@@ -130,6 +147,7 @@ def test_the_demo_applies_two_rounds_catches_its_honeypot_and_the_loss_falls(
         " caught, no honest miner was flagged, and get_weights paid every honest miner and no"
         " cheater, and the last checkpoint verified by replay"
     )
+    _the_kept_checkpoint_verifies_and_tampering_fails(out, keep, tmp_path)
     # The files were kept where it said, and nothing it started is still running.
     assert (keep / "state" / "challenge.db").is_file()
     assert sorted(p.name for p in (keep / "miners").iterdir()) == [
@@ -141,6 +159,99 @@ def test_the_demo_applies_two_rounds_catches_its_honeypot_and_the_loss_falls(
     assert sorted(p.name for p in (keep / "nodes").iterdir()) == ["node-0", "node-1"]
     assert oct((keep / "nodes" / "node-0" / "node.json").stat().st_mode & 0o777) == "0o600"
     assert _alive_under(keep) == []
+
+
+def _verify(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(REPO / "bin" / "hypertrain"), "verify-checkpoint", *args],
+        env=child_env({}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _failed(done: subprocess.CompletedProcess[str]) -> list[str]:
+    assert done.returncode == 1, done.stdout + done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["result"] == "FAIL"
+    for name in answer["failed"]:
+        assert f"FAIL {name}: " in done.stderr, done.stderr
+    failed: list[str] = answer["failed"]
+    return failed
+
+
+def _the_kept_checkpoint_verifies_and_tampering_fails(
+    out: list[str], keep: Path, tmp_path: Path
+) -> None:
+    """The demo's last checkpoint (issue 16's acceptance on a demo-sized run): it verified by
+    replay against the daemon, the printed command verifies it again from the kept object
+    store, and each tampering is a FAIL naming its check."""
+    lines = [line for line in out if line.startswith("checkpoint: ")]
+    verified = re.fullmatch(
+        r"checkpoint: rounds 0\.\.1 final, theta [0-9a-f]{16}, 2 miner\(s\) included;"
+        r" verify-checkpoint --replay: VERIFIED \(2 merges re-run bit for bit\)",
+        lines[0],
+    )
+    assert verified is not None, lines
+    assert lines[1].startswith("checkpoint: sample (seed 0): "), lines
+    command = lines[2].split("verify it again with: ", 1)[1]
+    argv = shlex.split(command)
+    assert argv[:2] == ["bin/hypertrain", "verify-checkpoint"], argv
+    directory, objects = Path(argv[2]), Path(argv[argv.index("--objects") + 1])
+    assert directory == keep / "checkpoint"
+    done = _verify(*argv[2:])
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["result"] == "VERIFIED"
+    assert (answer["rounds"], answer["status"], answer["replayed_rounds"]) == ([0, 1], "final", 2)
+    signer = ["--signer", argv[argv.index("--signer") + 1]]
+    replay = ["--replay", "--objects", str(objects)]
+
+    def copy() -> Path:
+        target = tmp_path / f"tampered-{len(list(tmp_path.glob('tampered-*')))}"
+        shutil.copytree(directory, target)
+        return target
+
+    # one weight changed in model.safetensors
+    changed = copy()
+    weights = st_load(directory.joinpath("model.safetensors").read_bytes())
+    name = sorted(weights)[0]
+    weights[name].flat[0] = np.float32(weights[name].flat[0] + 1)
+    meta = safe_open(str(directory / "model.safetensors"), "np").metadata()
+    changed.joinpath("model.safetensors").write_bytes(st_save(weights, metadata=meta))
+    assert "hash:model.safetensors" in _failed(_verify(str(changed), *signer, *replay))
+    # a tape removed from, or the tapes reordered in, lineage.json
+    lineage = json.loads(directory.joinpath("lineage.json").read_text())
+    for tapes in (lineage["tapes"][:1], lineage["tapes"][::-1]):
+        changed = copy()
+        changed.joinpath("lineage.json").write_text(json.dumps({**lineage, "tapes": tapes}))
+        assert "hash:lineage.json" in _failed(_verify(str(changed), *signer))
+    # a file added to the directory
+    changed = copy()
+    changed.joinpath("notes.txt").write_text("mine")
+    assert _failed(_verify(str(changed), *signer)) == ["files"]
+    # the MANIFEST signed by another key
+    changed = copy()
+    manifest = json.loads(directory.joinpath("MANIFEST.json").read_text())
+    other = Keypair.from_seed(b"\x42" * 32)
+    body = manifest["body"]
+    sig = other.sign(checkpoint_signed_bytes(body)).hex()
+    forged = {"body": body, "signer": other.ss58, "sig": sig}
+    changed.joinpath("MANIFEST.json").write_bytes(canonical_json(forged))
+    assert "signer" in _failed(_verify(str(changed), *signer))
+    # one byte of a stored delta changed
+    delta = next(iter(lineage["tapes"][1]["body"]["inputs"]))["object"]
+    store = tmp_path / "objects"
+    shutil.copytree(objects, store)
+    path = store / delta[:2] / delta
+    path.chmod(0o644)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1
+    path.write_bytes(bytes(data))
+    failed = _failed(_verify(str(directory), *signer, "--replay", "--objects", str(store)))
+    assert f"object:{delta}" in failed, failed
 
 
 def test_a_bad_option_is_a_usage_error(tmp_path: Path) -> None:
