@@ -120,6 +120,14 @@ class BeaconClock:
             if not event.is_set():
                 self._forget(event)
 
+    async def wait_next_round(self, *, margin: float, idle: float) -> None:
+        """Wait for the round after ``latest``, at most until ``margin`` seconds past its
+        wall-clock due time and at most ``idle`` seconds (a service's pause between passes)."""
+        target = self._latest + 1
+        deadline = min(self.deadline_of(target) + margin, trio.current_time() + idle)
+        with trio.move_on_at(deadline):
+            await self.wait_round(target)
+
     def statistics(self) -> BeaconClockStatistics:
         """Latest, due round, lag, observe count and waiter count."""
         now_round = self.now_round()

@@ -108,3 +108,28 @@ async def test_a_bounded_wait_gives_up_at_the_rounds_deadline_and_forgets_itself
     assert clock.statistics().waiters == 0
     clock.observe(4)  # no stale waiter to wake
     assert clock.latest == 4
+
+
+async def test_wait_next_round_is_bounded_by_the_margin_and_by_idle(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    clock = BeaconClock(CHAIN, VirtualClock(epoch=GENESIS), latest=3)
+    start = trio.current_time()
+    await clock.wait_next_round(margin=5.0, idle=30.0)  # round 4 is due at +9 s; never comes
+    assert trio.current_time() - start == 14.0
+    start = trio.current_time()
+    await clock.wait_next_round(margin=5.0, idle=30.0)  # its margin passed: at once
+    assert trio.current_time() == start
+    await clock.wait_next_round(margin=100.0, idle=2.0)  # idle bounds a long margin
+    assert trio.current_time() - start == 2.0
+    assert clock.statistics().waiters == 0
+
+    async def observe_later() -> None:
+        await trio.sleep(1.0)
+        clock.observe(4)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(observe_later)
+        start = trio.current_time()
+        await clock.wait_next_round(margin=5.0, idle=30.0)
+    assert trio.current_time() - start == 1.0

@@ -105,12 +105,7 @@ class CheckpointService:
         task_status.started(self.ctx.beacon.latest)
         while True:
             await self.write_due()
-            target = self.ctx.beacon.latest + 1
-            deadline = min(
-                self.ctx.beacon.deadline_of(target) + WAIT_MARGIN, trio.current_time() + IDLE_WAIT
-            )
-            with trio.move_on_at(deadline):
-                await self.ctx.beacon.wait_round(target)
+            await self.ctx.beacon.wait_next_round(margin=WAIT_MARGIN, idle=IDLE_WAIT)
 
     async def write_due(self) -> list[CheckpointRow]:
         """Build and record every checkpoint owed now; the rows written."""

@@ -84,12 +84,7 @@ class HeldoutService:
             for item in await self.ctx.db.read(pending):
                 if item.run_id not in self._refused and (item.run_id, item.w) not in self._skipped:
                     await self.evaluate(item)
-            target = self.ctx.beacon.latest + 1
-            deadline = min(
-                self.ctx.beacon.deadline_of(target) + WAIT_MARGIN, trio.current_time() + IDLE_WAIT
-            )
-            with trio.move_on_at(deadline):
-                await self.ctx.beacon.wait_round(target)
+            await self.ctx.beacon.wait_next_round(margin=WAIT_MARGIN, idle=IDLE_WAIT)
 
     async def evaluate(self, item: Pending) -> float | None:
         """Compute and store the loss of ``item``; None when its holdout or theta is unusable."""
