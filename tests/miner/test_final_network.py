@@ -39,6 +39,7 @@ from hypertrain.aggregator.checkpoint import (
     read_model,
     verify_manifest_signature,
 )
+from hypertrain.aggregator.checkpoint_dir import checkpoint_dir
 from hypertrain.aggregator.checkpoint_verify import verify_checkpoint
 from hypertrain.aggregator.tape import parse_signed_tape, tape_key
 from hypertrain.miner.honeypot import HoneypotMode
@@ -145,6 +146,7 @@ async def _checkpoints(
     views: list[dict[str, Any]],
     published: list[dict[str, Any]],
     manifest: RunManifest,
+    state_dir: Path,
 ) -> None:
     """Every round has a final checkpoint (every = 1) whose lineage is the applied tapes and
     which replays from the objects its route serves; round 0's was provisional with the
@@ -164,6 +166,9 @@ async def _checkpoints(
         assert r.status_code == 200, r.text
         assert hashlib.sha256(r.content).hexdigest() == key
         files[name] = r.content
+    on_disk = checkpoint_dir(state_dir, run_id, ROUNDS - 1)
+    assert {p.name: p.read_bytes() for p in on_disk.iterdir()} == files
+    assert sorted(p.name for p in on_disk.parent.iterdir()) == [str(w) for w in range(ROUNDS)]
     signed = parse_manifest(files[MANIFEST_FILE])
     verify_manifest_signature(signed, signer=COORD.ss58)
     assert signed.body.included == tuple(HONEST)
@@ -287,7 +292,7 @@ async def test_rounds_become_final_a_caught_delta_is_rolled_back_and_the_honest_
         health = (await client.get("/health")).json()
         tapes = {w: await _tape(client, views[w]["tape_key"]) for w in range(ROUNDS)}
         await _hostile_requests(client, run_id, views, internal, epoch)
-        await _checkpoints(client, run_id, views, published, run_manifest)
+        await _checkpoints(client, run_id, views, published, run_manifest, tmp_path / "state")
 
     # Rollback of round 0 (and 1) without the honeypot, round 2 opened from the new theta.
     rollback = views[0]["rollback"]

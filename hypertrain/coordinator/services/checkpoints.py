@@ -35,6 +35,7 @@ from hypertrain.aggregator.checkpoint import (
     build_checkpoint,
     object_keys,
 )
+from hypertrain.aggregator.checkpoint_dir import checkpoint_dir, write_checkpoint_dir
 from hypertrain.aggregator.outerstate import unpack_outer
 from hypertrain.aggregator.tape import SignedTape, parse_signed_tape
 from hypertrain.coordinator.context import Coordinator
@@ -140,6 +141,11 @@ class CheckpointService:
         )
         stored = [await ctx.objects.put_bytes(files[name]) for name in sorted(files)]
         keys = {name: info.sha256 for name, info in zip(sorted(files), stored, strict=True)}
+        await self.run_sync(
+            write_checkpoint_dir,
+            checkpoint_dir(ctx.settings.state_dir, due.run_id, due.w),
+            {name: ctx.objects.path_of(key) for name, key in keys.items()},
+        )
         row = CheckpointRow(
             run_id=due.run_id,
             w=due.w,
