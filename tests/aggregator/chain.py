@@ -4,6 +4,7 @@ checkpoint over them: what the checkpoint tests (format, verify, sample, export)
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 
 import attrs
 import numpy as np
@@ -78,25 +79,35 @@ def INFO_OF(manifest: RunManifest) -> CheckpointInfo:  # noqa: N802 (a constant'
     )
 
 
+def merge_round(
+    manifest: RunManifest,
+    w: int,
+    prev: Step | None,
+    uploads: Mapping[str, bytes],
+    store: dict[str, bytes],
+) -> Step:
+    """``merge_blobs`` of round ``w`` as the daemon runs it; every object goes into ``store``."""
+    store.update((key_of(blob), blob) for blob in uploads.values())
+    inputs = MergeInputs(
+        manifest.run_id(),
+        w,
+        manifest,
+        init_state_hash(manifest.model) if prev is None else prev.theta_hash,
+        None if prev is None else prev.out_state,
+        tuple((hk, key_of(blob)) for hk, blob in sorted(uploads.items())),
+    )
+    prev_blob = None if prev is None else store[prev.out_state]
+    step = merge_blobs(inputs, prev_blob, sorted(uploads.items()), COORD)
+    store.update((key_of(blob), blob) for blob in step.objects)
+    return step
+
+
 def make_chain(rounds: int = 3, miners: int = 3) -> Chain:
     """``rounds`` rounds, each merging ``miners`` deltas (seeded: always the same bytes)."""
     manifest = run_manifest()
     store: dict[str, bytes] = {}
     steps: list[Step] = []
     for w in range(rounds):
-        prev = steps[-1] if steps else None
         uploads = {hk: delta(manifest, 100 * w + i) for i, hk in enumerate(MINERS[:miners])}
-        store.update((key_of(blob), blob) for blob in uploads.values())
-        inputs = MergeInputs(
-            manifest.run_id(),
-            w,
-            manifest,
-            init_state_hash(manifest.model) if prev is None else prev.theta_hash,
-            None if prev is None else prev.out_state,
-            tuple((hk, key_of(blob)) for hk, blob in sorted(uploads.items())),
-        )
-        prev_blob = None if prev is None else store[prev.out_state]
-        step = merge_blobs(inputs, prev_blob, sorted(uploads.items()), COORD)
-        store.update((key_of(blob), blob) for blob in step.objects)
-        steps.append(step)
+        steps.append(merge_round(manifest, w, steps[-1] if steps else None, uploads, store))
     return Chain(manifest, store, tuple(steps))

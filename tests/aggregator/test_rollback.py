@@ -41,10 +41,9 @@ from hypertrain.protocol.f32 import f32_hex
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
 from hypertrain.protocol.messages import Rollback
-from hypertrain.trainer.codec import encode_dense_int8
-from hypertrain.trainer.params import init_state_hash, param_shapes
 from hypertrain.trainer.state import unpack_state
 from nurseries import run_inline
+from tests.aggregator.chain import delta, key_of, merge_round
 from tests.trainer.helpers import tiny_manifest
 
 COORD = Keypair.from_seed(b"\x01" * 32)
@@ -76,39 +75,7 @@ class World:
         return rollback_blobs(self.inputs(*faulted), self.store, COORD)
 
     def after(self, rb: RollbackStep) -> dict[str, bytes]:
-        return {**self.store, **{_key(blob): blob for blob in rb.objects}}
-
-
-def _key(blob: bytes) -> str:
-    return hashlib.sha256(blob).hexdigest()
-
-
-def _delta(manifest: RunManifest, seed: int, scale: float) -> bytes:
-    rng = np.random.default_rng(seed)
-    shapes = param_shapes(manifest.model)
-    return encode_dense_int8(
-        {n: (rng.standard_normal(s) * scale).astype(np.float32) for n, s in shapes.items()}
-    )
-
-
-def _merge(
-    manifest: RunManifest, w: int, prev: Step | None, uploads: Uploads, store: dict[str, bytes]
-) -> Step:
-    """``merge_blobs`` of one round as the daemon runs it; its objects go into ``store``."""
-    for blob in uploads.values():
-        store[_key(blob)] = blob
-    inputs = MergeInputs(
-        manifest.run_id(),
-        w,
-        manifest,
-        init_state_hash(manifest.model) if prev is None else prev.theta_hash,
-        None if prev is None else prev.out_state,
-        tuple((hk, _key(blob)) for hk, blob in sorted(uploads.items())),
-    )
-    prev_blob = None if prev is None else store[prev.out_state]
-    step = merge_blobs(inputs, prev_blob, sorted(uploads.items()), COORD)
-    store.update((_key(blob), blob) for blob in step.objects)
-    return step
+        return {**self.store, **{key_of(blob): blob for blob in rb.objects}}
 
 
 def _manifest() -> RunManifest:
@@ -119,8 +86,8 @@ def _manifest() -> RunManifest:
 def _world(round0: Uploads, round1: Uploads) -> World:
     manifest = _manifest()
     store: dict[str, bytes] = {}
-    step0 = _merge(manifest, 0, None, round0, store)
-    step1 = _merge(manifest, 1, step0, round1, store)
+    step0 = merge_round(manifest, 0, None, round0, store)
+    step1 = merge_round(manifest, 1, step0, round1, store)
     return World(manifest, store, (step0, step1))
 
 
@@ -133,13 +100,13 @@ def manifest() -> RunManifest:
 def deltas(manifest: RunManifest) -> dict[str, bytes]:
     """Honest small deltas, X's huge (decodable, preclipped, still pulling hard) and Y's garbage."""
     return {
-        "a0": _delta(manifest, 10, 1e-3),
-        "b0": _delta(manifest, 11, 2e-3),
-        "x0": _delta(manifest, 12, 1e6),
-        "a1": _delta(manifest, 20, 1e-3),
-        "b1": _delta(manifest, 21, 2e-3),
-        "x1": _delta(manifest, 22, -1e6),
-        "z1": _delta(manifest, 23, 3e-3),
+        "a0": delta(manifest, 10, 1e-3),
+        "b0": delta(manifest, 11, 2e-3),
+        "x0": delta(manifest, 12, 1e6),
+        "a1": delta(manifest, 20, 1e-3),
+        "b1": delta(manifest, 21, 2e-3),
+        "x1": delta(manifest, 22, -1e6),
+        "z1": delta(manifest, 23, 3e-3),
         "garbage": b"not a delta payload",
     }
 
@@ -165,8 +132,8 @@ def test_the_faulted_miner_leaves_no_trace_in_either_round(
 ) -> None:
     rb = world.rollback(X)
     fresh: dict[str, bytes] = {}
-    clean0 = _merge(world.manifest, 0, None, {A: deltas["a0"], B: deltas["b0"]}, fresh)
-    clean1 = _merge(
+    clean0 = merge_round(world.manifest, 0, None, {A: deltas["a0"], B: deltas["b0"]}, fresh)
+    clean1 = merge_round(
         world.manifest, 1, clean0, {A: deltas["a1"], B: deltas["b1"], Z: deltas["z1"]}, fresh
     )
     for new, clean in zip(rb.steps, (clean0, clean1), strict=True):
@@ -256,7 +223,7 @@ def test_the_recomputation_is_deterministic(world: World) -> None:
     assert seal_rollback(COORD, world.run_id, first.body) == seal_rollback(
         COORD, world.run_id, second.body
     )
-    assert len(first.objects) == len({_key(blob) for blob in first.objects})
+    assert len(first.objects) == len({key_of(blob) for blob in first.objects})
 
 
 def test_a_fault_only_in_w1_gives_round_w_back_byte_for_byte(world: World) -> None:
@@ -322,7 +289,7 @@ async def test_compute_rollback_fetches_then_computes_the_same(world: World) -> 
     assert rb.objects == world.rollback(X).objects
     plan = plan_rollback(world.tape(0), world.tape(1), [X], coord_ss58=COORD.ss58)
     assert fetched == list(plan.object_keys())
-    assert _key(world.store[world.tape(0).body.inputs[0].object]) in fetched
+    assert key_of(world.store[world.tape(0).body.inputs[0].object]) in fetched
     x_objects = {
         i.object for t in (world.tape(0), world.tape(1)) for i in t.body.inputs if i.id == X
     }
