@@ -81,7 +81,9 @@ def _survivors(processes: dict[int, str]) -> list[str]:
 
 
 @contextmanager
-def _demo(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+def _demo(tmp_path: Path, known: dict[int, str]) -> Iterator[subprocess.Popen[str]]:
+    """The demo, running; at the end it and every process in ``known`` (its children, once the
+    test has seen them) are killed, whatever the test found."""
     argv = [sys.executable, "-m", "hypertrain.daemon", "--demo", "--rounds", "1"]
     argv += ["--miners", "1", "--nodes", "1", "--auditors", "0", "--keep", str(tmp_path / "demo")]
     env = child_env({"PYTHONPATH": str(REPO)})
@@ -92,9 +94,10 @@ def _demo(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
             yield demo
         finally:
             if demo.poll() is None:
+                known |= _descendants(demo.pid)
                 demo.kill()
-            for pid in _descendants(demo.pid):
-                os.kill(pid, signal.SIGKILL)
+            for line in _survivors(known):
+                os.kill(int(line.split(":")[0]), signal.SIGKILL)
 
 
 def _wait_for_line(demo: subprocess.Popen[str], prefix: str) -> None:
@@ -116,9 +119,10 @@ def _wait_for_line(demo: subprocess.Popen[str], prefix: str) -> None:
 def test_a_signal_stops_the_demo_and_every_child(
     signum: signal.Signals, after: str, tmp_path: Path
 ) -> None:
-    with _demo(tmp_path) as demo:
+    children: dict[int, str] = {}
+    with _demo(tmp_path, children) as demo:
         _wait_for_line(demo, after)
-        children = _descendants(demo.pid)
+        children |= _descendants(demo.pid)
         assert any("hypertrain.daemon" in c for c in children.values()), children
         if after == HEADER:
             assert any("hypertrain.miner" in c for c in children.values()), children
@@ -132,9 +136,10 @@ def test_a_signal_stops_the_demo_and_every_child(
 
 @pytest.mark.slow
 def test_after_a_sigkill_of_the_demo_its_children_stop_by_themselves(tmp_path: Path) -> None:
-    with _demo(tmp_path) as demo:
+    children: dict[int, str] = {}
+    with _demo(tmp_path, children) as demo:
         _wait_for_line(demo, HEADER)
-        children = _descendants(demo.pid)
+        children |= _descendants(demo.pid)
         assert len(children) >= 3, children  # the daemon, two miners (one a honeypot), a node
         demo.kill()
         demo.wait(timeout=STOP_BOUND)
