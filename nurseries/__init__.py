@@ -1,13 +1,20 @@
 """Domain-free Trio building blocks. Nothing in this package imports hypertrain.
 
 Services (``supervise``), time (``periodic``, the wall clocks), long polls (``KeyedWaiter``),
-blocking work (``offload_for``, ``run_inline``),
-shutdown (``open_supervisor``, ``cleanup_scope``), children (``run_process``) and serving
-(``serve_asgi``). Test helpers live in ``nurseries.testing``.
+blocking work (``offload_for``, ``run_inline``), shutdown (``open_supervisor``,
+``cleanup_scope``), children (``run_process``, ``open_lifeline``) and serving (``serve_asgi``).
+Test helpers live in ``nurseries.testing``.
 """
 
 from nurseries._cleanup import cleanup_scope
 from nurseries._clock import FixedClock, SystemClock, VirtualClock, WallClock
+from nurseries._lifeline import (
+    LIFELINE_ENV,
+    Lifeline,
+    lifeline_from_env,
+    open_lifeline,
+    wait_lifeline_cut,
+)
 from nurseries._offload import RunSync, offload_for, run_inline
 from nurseries._periodic import Periodic, Tick, periodic
 from nurseries._process import REAP_TIMEOUT, Limits, ProcessResult, run_process
@@ -48,11 +55,13 @@ __all__ = [
     "DEFAULT_GRACEFUL_TIMEOUT",
     "DEFAULT_LIFESPAN_TIMEOUT",
     "DEFAULT_SHUTDOWN_SIGNALS",
+    "LIFELINE_ENV",
     "REAP_TIMEOUT",
     "ASGIApp",
     "FixedClock",
     "KeyedWaiter",
     "KeyedWaiterStatistics",
+    "Lifeline",
     "Limits",
     "Notified",
     "Periodic",
@@ -73,8 +82,10 @@ __all__ = [
     "WaitResult",
     "WallClock",
     "cleanup_scope",
+    "lifeline_from_env",
     "make_config",
     "offload_for",
+    "open_lifeline",
     "open_supervisor",
     "periodic",
     "run_inline",
@@ -82,4 +93,5 @@ __all__ = [
     "run_until_shutdown",
     "serve_asgi",
     "supervise",
+    "wait_lifeline_cut",
 ]

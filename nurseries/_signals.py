@@ -1,7 +1,10 @@
-"""Graceful shutdown of a supervisor nursery on SIGINT/SIGTERM, bounded by a grace period.
+"""Graceful shutdown of a supervisor nursery on SIGINT/SIGTERM/SIGHUP, bounded by a grace period.
 
 ``open_supervisor(grace=...)`` opens a nursery for a program's services and listens for the
-shutdown signals while it is open. Shutdown, whether asked for by a signal or by
+shutdown signals while it is open: SIGINT (Ctrl-C), SIGTERM (``kill``, systemd) and SIGHUP (the
+terminal or the program that started it went away) alike. With ``lifeline=`` it also watches a
+lifeline (`nurseries.open_lifeline`): once the program that started this one is gone, even by
+SIGKILL, shutdown goes as on SIGHUP. Shutdown, whether asked for by a signal, the lifeline or
 `Supervisor.request_shutdown`, goes in this order:
 
 1. the ``on_shutdown`` hook runs (once): set the app's "stopping" event, trigger the HTTP
@@ -9,6 +12,9 @@ shutdown signals while it is open. Shutdown, whether asked for by a signal or by
 2. the nursery's cancel scope gets the deadline ``now + grace``: work still running then is
    cancelled. If everything finishes sooner, the block ends sooner;
 3. a second signal (or ``request_shutdown(immediate=True)``) cancels the work at once.
+
+A program that starts children stops them from its own cancellation (`nurseries.run_process`
+kills the child's process group when cancelled), so they stop within the same grace.
 
 Ending by shutdown, on time or cut short, is a normal exit of the ``async with`` block: the
 cancellation is absorbed by the supervisor's own scope, and `Supervisor.shutdown_signal` /
@@ -32,11 +38,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 import trio
 
+from nurseries._lifeline import wait_lifeline_cut
+
 __all__ = ["DEFAULT_SHUTDOWN_SIGNALS", "Supervisor", "open_supervisor", "run_until_shutdown"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_SHUTDOWN_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
+DEFAULT_SHUTDOWN_SIGNALS: tuple[signal.Signals, ...] = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+)
 
 
 class Supervisor:
@@ -114,6 +126,13 @@ class Supervisor:
                 self._signal = received
                 self.request_shutdown()
 
+    async def _watch_lifeline(self, fd: int) -> None:
+        await wait_lifeline_cut(fd)
+        if not self._requested.is_set():
+            logger.warning("the parent process is gone: shutting down within %g s", self._grace)
+            self._signal = signal.SIGHUP
+            self.request_shutdown()
+
 
 @contextlib.asynccontextmanager
 async def open_supervisor(
@@ -121,11 +140,14 @@ async def open_supervisor(
     grace: float,
     signals: Iterable[int] = DEFAULT_SHUTDOWN_SIGNALS,
     on_shutdown: Callable[[], object] | None = None,
+    lifeline: int | None = None,
 ) -> AsyncIterator[Supervisor]:
     """Open a supervisor nursery that shuts down gracefully on ``signals``; see the module doc.
 
     ``grace`` (finite, >= 0) is a named setting of the caller. ``signals=()`` listens for no
-    signal (for use outside the main thread); shutdown is then only programmatic. Listening
+    signal (for use outside the main thread); shutdown is then only programmatic. ``lifeline``
+    is the descriptor `nurseries.lifeline_from_env` gave (``None``: none); once it is cut,
+    shutdown goes as on SIGHUP (`Supervisor.shutdown_signal` says SIGHUP). Listening
     starts before the block's body runs. The block ends when the work (body and every task in
     `Supervisor.nursery`) has finished or been cancelled by shutdown.
     """
@@ -139,6 +161,8 @@ async def open_supervisor(
         async with trio.open_nursery() as watchers:
             if receiver is not None:
                 watchers.start_soon(supervisor._watch, receiver, name="shutdown signal watcher")
+            if lifeline is not None:
+                watchers.start_soon(supervisor._watch_lifeline, lifeline, name="lifeline watcher")
             try:
                 with supervisor._scope:
                     async with trio.open_nursery() as work:
@@ -163,12 +187,15 @@ async def run_until_shutdown(
     grace: float,
     signals: Iterable[int] = DEFAULT_SHUTDOWN_SIGNALS,
     on_shutdown: Callable[[], object] | None = None,
+    lifeline: int | None = None,
 ) -> signal.Signals | None:
     """Run ``main(supervisor)`` inside `open_supervisor` until shutdown or until all work ends.
 
     ``main`` is the composition root: it starts services in ``supervisor.nursery`` and may
     return at once. Returns the signal that asked for shutdown, or ``None``.
     """
-    async with open_supervisor(grace=grace, signals=signals, on_shutdown=on_shutdown) as sup:
+    async with open_supervisor(
+        grace=grace, signals=signals, on_shutdown=on_shutdown, lifeline=lifeline
+    ) as sup:
         await main(sup)
     return sup.shutdown_signal

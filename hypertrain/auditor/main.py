@@ -8,7 +8,7 @@
 Leases the audit jobs of run ``ID`` (``--token-file``: the worker bearer token; ``--keyfile``:
 the seed of a key listed in the manifest's ``auditors``), replays them on CPU and posts signed
 verdicts. ``--once`` audits one job, or exits when there is none; otherwise it runs until
-SIGINT/SIGTERM (a job in hand is then handed back). ``--data-dir`` holds the dataset cache
+SIGINT/SIGTERM/SIGHUP (a job in hand is then handed back). ``--data-dir`` holds the dataset cache
 (default ``$XDG_STATE_HOME/hypertrain/auditor``, i.e. ``~/.local/state/hypertrain/auditor``).
 ``--poll-seconds`` (default 10) is the wait between asking for work, and between looks at the
 disputes it is a party to or may referee (those loops run beside the audits, not with
@@ -49,12 +49,12 @@ from hypertrain.cli.common import (
 from hypertrain.protocol.errors import KeyfileError
 from hypertrain.protocol.keys import load_keypair
 from hypertrain.protocol.tokens import MAX_TOKEN_FILE_BYTES, token_in
-from nurseries import open_supervisor
+from nurseries import lifeline_from_env, open_supervisor
 
 __all__ = ["SHUTDOWN_GRACE_SECONDS", "build_parser", "default_data_dir", "main", "read_token_file"]
 
 SHUTDOWN_GRACE_SECONDS: Final = 10.0
-"""After SIGINT/SIGTERM, how long the hand-back of a job in progress may take."""
+"""After SIGINT/SIGTERM/SIGHUP, how long the hand-back of a job in progress may take."""
 _PROG: Final = "hypertrain-auditor"
 
 
@@ -144,7 +144,8 @@ async def _supervised(
             )
         )
 
-    async with open_supervisor(grace=SHUTDOWN_GRACE_SECONDS) as supervisor:
+    lifeline = lifeline_from_env(os.environ)
+    async with open_supervisor(grace=SHUTDOWN_GRACE_SECONDS, lifeline=lifeline) as supervisor:
         supervisor.nursery.start_soon(work, name="auditor")
     return status[0] if status else 0
 

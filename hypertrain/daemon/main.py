@@ -2,7 +2,7 @@
 
 ::
 
-    supervisor  (open_supervisor: SIGINT/SIGTERM -> graceful shutdown within --grace)
+    supervisor  (open_supervisor: SIGINT/SIGTERM/SIGHUP -> graceful shutdown within --grace)
     ├─ http      serve_asgi(create_app(ctx, parts))      started first; prints the URL
     └─ services  every entry of services.SERVICES under supervise(), in order
 
@@ -57,6 +57,7 @@ from nurseries import (
     Supervisor,
     SystemClock,
     WallClock,
+    lifeline_from_env,
     offload_for,
     open_supervisor,
     serve_asgi,
@@ -171,6 +172,7 @@ async def serve_daemon(
     wall: WallClock,
     task_status: trio.TaskStatus[DaemonHandle] = trio.TASK_STATUS_IGNORED,
     signals: Iterable[int] = (),
+    lifeline: int | None = None,
     http_client: httpx.AsyncClient | None = None,
     services: Sequence[ServiceSpec] = SERVICES,
 ) -> None:
@@ -178,9 +180,11 @@ async def serve_daemon(
 
     ``wall`` is the wall clock (``SystemClock()`` in production, a ``VirtualClock`` in tests);
     ``signals`` are the signals that shut it down (none by default: tests call
-    ``handle.request_shutdown()``); ``http_client`` replaces the outbound client (tests mount
-    in-process relays on it). Raises :class:`ConfigError` for settings that only turn out wrong
-    at start (a local chain with another period), and lets service failures propagate.
+    ``handle.request_shutdown()``), ``lifeline`` the lifeline it was started with
+    (:func:`nurseries.lifeline_from_env`; cut, it shuts down as on SIGHUP); ``http_client``
+    replaces the outbound client (tests mount in-process relays on it). Raises
+    :class:`ConfigError` for settings that only turn out wrong at start (a local chain with
+    another period), and lets service failures propagate.
     """
     config = settings.coordinator
     config.state_dir.mkdir(parents=True, exist_ok=True)
@@ -216,7 +220,7 @@ async def serve_daemon(
             http_stop.set()
 
         async with open_supervisor(
-            grace=settings.grace, signals=signals, on_shutdown=on_shutdown
+            grace=settings.grace, signals=signals, on_shutdown=on_shutdown, lifeline=lifeline
         ) as supervisor:
             url: str = await supervisor.nursery.start(
                 partial(
@@ -252,7 +256,13 @@ def _config_error(exc: BaseException) -> ConfigError | None:
 async def _run(settings: DaemonSettings) -> None:
     async with trio.open_nursery() as nursery:
         handle: DaemonHandle = await nursery.start(
-            partial(serve_daemon, settings, wall=SystemClock(), signals=DEFAULT_SHUTDOWN_SIGNALS)
+            partial(
+                serve_daemon,
+                settings,
+                wall=SystemClock(),
+                signals=DEFAULT_SHUTDOWN_SIGNALS,
+                lifeline=lifeline_from_env(os.environ),
+            )
         )
         print(f"hypertrain-daemon listening on {handle.url}", flush=True)
 

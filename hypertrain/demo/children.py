@@ -5,7 +5,12 @@ pipe can fill up and block it), in this process's environment minus every ``CHAL
 ``HYPERTRAIN_*`` variable, plus the given ones. :meth:`Child.wait_for_line` polls its stdout or
 stderr file for a line (every wait is bounded). :meth:`Child.stop` sends SIGTERM, waits up to a
 grace period and then kills the whole process group; :func:`open_children` guarantees that
-every child started in it is stopped when the block exits, however it exits.
+every child started in it is stopped when the block exits, however it exits: all at once, so
+stopping takes at most ``grace`` + :data:`KILL_WAIT` seconds however many children there are.
+
+Each child also holds a lifeline (:func:`nurseries.open_lifeline`; the demo's children, the
+daemon, miners, auditors and nodes, take it through their supervisor): when this process dies
+without stopping them (SIGKILL), each child shuts down as on SIGHUP.
 """
 
 from __future__ import annotations
@@ -20,7 +25,18 @@ from typing import Final
 import attrs
 import trio
 
-__all__ = ["POLL_SECONDS", "Child", "ChildFailed", "Children", "child_env", "open_children"]
+from nurseries import Lifeline, open_lifeline
+
+__all__ = [
+    "KILL_WAIT",
+    "POLL_SECONDS",
+    "Child",
+    "ChildFailed",
+    "Children",
+    "child_env",
+    "open_children",
+    "stop_all",
+]
 
 POLL_SECONDS: Final = 0.1
 """Seconds between two looks at a child's output file."""
@@ -111,6 +127,7 @@ class Children:
     """Starts children and remembers them, so that :func:`open_children` can stop them."""
 
     grace: float
+    lifeline: Lifeline
     started: list[Child] = attrs.field(factory=list)
 
     async def start(
@@ -127,11 +144,12 @@ class Children:
         with stdout.open("wb") as out, stderr.open("wb") as err:
             process = await trio.lowlevel.open_process(
                 list(argv),
-                env=child_env(env),
+                env=child_env(env) | self.lifeline.env,
                 cwd=cwd,
                 stdout=out,
                 stderr=err,
                 start_new_session=True,
+                pass_fds=self.lifeline.pass_fds,
             )
         child = Child(name, process, stdout, stderr)
         self.started.append(child)
@@ -142,12 +160,21 @@ class Children:
         return [c for c in self.started if c.returncode not in (None, 0)]
 
 
+async def stop_all(children: Sequence[Child], grace: float) -> None:
+    """:meth:`Child.stop` of every child at once (shielded): SIGTERM to each, up to ``grace``
+    seconds for all of them, then SIGKILL of the groups still running."""
+    with trio.CancelScope(shield=True):
+        async with trio.open_nursery() as nursery:
+            for child in children:
+                nursery.start_soon(child.stop, grace)
+
+
 @asynccontextmanager
 async def open_children(grace: float) -> AsyncIterator[Children]:
-    """A :class:`Children` whose every child is stopped (last started first) on exit."""
-    children = Children(grace)
-    try:
-        yield children
-    finally:
-        for child in reversed(children.started):
-            await child.stop(grace)
+    """A :class:`Children` whose every child is stopped (:func:`stop_all`) on exit."""
+    with open_lifeline() as lifeline:
+        children = Children(grace, lifeline)
+        try:
+            yield children
+        finally:
+            await stop_all(children.started, grace)

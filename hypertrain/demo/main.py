@@ -50,7 +50,14 @@ below that of theta(0) and (with auditors) the audits and the payout went as pro
 honest miner paid, no caught cheater paid, the ledger balanced, the last checkpoint final and
 VERIFIED by replay); 1 otherwise, with the reason
 (and the tail of the failing child's log);
-2 a usage error; 130 interrupted (Ctrl-C). The children are stopped in every case.
+2 a usage error; 128 + N stopped by signal N: 130 Ctrl-C (SIGINT), 143 SIGTERM, 129 SIGHUP.
+
+Stopping: SIGINT, SIGTERM and SIGHUP alike (:func:`nurseries.open_supervisor`) cancel the demo at
+once; every child gets SIGTERM together and the process group of any still running after
+:data:`STOP_GRACE` seconds is killed, so the demo is gone within
+:data:`STOP_GRACE` + :data:`~hypertrain.demo.children.KILL_WAIT` seconds. Killed itself with
+SIGKILL, the demo cannot stop them: its children hold a lifeline
+(:func:`nurseries.open_lifeline`) and shut down as on SIGHUP when it is cut.
 """
 
 from __future__ import annotations
@@ -72,7 +79,7 @@ from hypertrain.beacon.chain import ChainInfo
 from hypertrain.cli.common import EXIT_USAGE, OneLineParser, positive_int_arg
 from hypertrain.datasets.pin import pin_async
 from hypertrain.demo.checkpoint import CHECKPOINT_SECONDS, CheckpointResult, check_checkpoint
-from hypertrain.demo.children import Child, ChildFailed, Children, open_children
+from hypertrain.demo.children import KILL_WAIT, Child, ChildFailed, Children, open_children
 from hypertrain.demo.table import (
     HEADER,
     AuditTotals,
@@ -98,8 +105,9 @@ from hypertrain.protocol.envelope import NEVER, seal
 from hypertrain.protocol.hashes import honeypot_commit
 from hypertrain.protocol.manifest import RunManifest
 from hypertrain.scoring.registry import DELTA_LOSS
+from nurseries import open_supervisor
 
-__all__ = ["DemoFailed", "DemoOptions", "build_parser", "main", "run_demo"]
+__all__ = ["DemoFailed", "DemoOptions", "build_parser", "main", "run_demo", "run_until_signal"]
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -143,6 +151,7 @@ AUDITOR_POLL_SECONDS: Final = 1.0
 MAX_NODES: Final = 16
 POLL_SECONDS: Final = 0.5
 STOP_GRACE: Final = 10.0
+"""Seconds the children get, after SIGTERM, before their process groups are killed."""
 HTTP_TIMEOUT: Final = 30.0
 
 
@@ -588,6 +597,24 @@ async def run_demo(options: DemoOptions, say: Say = _say) -> int:
             shutil.rmtree(root, ignore_errors=True)
 
 
+async def run_until_signal(options: DemoOptions, say: Say = _say) -> int:
+    """:func:`run_demo` until it ends or a signal stops it (module doc); the exit status."""
+    code = EXIT_INTERRUPTED
+    demo = trio.CancelScope()
+
+    async def work() -> None:
+        nonlocal code
+        with demo:
+            code = await run_demo(options, say)
+
+    async with open_supervisor(grace=STOP_GRACE + KILL_WAIT, on_shutdown=demo.cancel) as sup:
+        sup.nursery.start_soon(work, name="demo")
+    if sup.shutdown_signal is None:
+        return code
+    print(f"demo: stopped by {sup.shutdown_signal.name}", file=sys.stderr)
+    return 128 + sup.shutdown_signal.value
+
+
 def main(argv: Sequence[str]) -> int:
     """Parse ``argv`` (without ``--demo``) and run the demo; returns the exit status."""
     try:
@@ -605,7 +632,7 @@ def main(argv: Sequence[str]) -> int:
         dispute=args.dispute,
     )
     try:
-        return trio.run(run_demo, options)
+        return trio.run(run_until_signal, options)
     except KeyboardInterrupt:
         print("demo: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -31,7 +31,7 @@
 ``->`` marks errors the miner re-raises as another (``raise ... from e``, so the cause stays
 attached). Outside the tree the process boundary (:mod:`hypertrain.miner.main`) also maps the
 protocol's :class:`~hypertrain.protocol.errors.KeyfileError` (exit 2), ``httpx.HTTPError``
-(network failures, exit 1) and SIGINT/SIGTERM (exit 1).
+(network failures, exit 1) and SIGINT/SIGTERM/SIGHUP (exit 1).
 """
 
 from __future__ import annotations

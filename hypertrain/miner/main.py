@@ -12,7 +12,7 @@ miner with ``PUT /v1/admin/runs/{id}/roster/{hotkey}`` (no public join route in 
 
 ``run`` prints one progress line per phase on stderr and a JSON summary on stdout. Exit status:
 0 every asked round reached UPLOADED; 1 otherwise (skipped, aborted, excluded, failed, a network
-failure or a 5xx answer, or interrupted by SIGINT/SIGTERM); 2 a config, key, dataset,
+failure or a 5xx answer, or interrupted by SIGINT/SIGTERM/SIGHUP); 2 a config, key, dataset,
 determinism or protocol error (one line on stderr, no traceback). The error tree and the exit
 status of each error are :mod:`hypertrain.miner.errors`'. Torch is imported only once the manifest's
 ``reference_spec.env`` is applied.
@@ -59,7 +59,7 @@ from hypertrain.protocol.errors import HypertrainError, KeyfileError
 from hypertrain.protocol.hashes import join_request_bytes
 from hypertrain.protocol.keys import load_keypair
 from hypertrain.protocol.validators import is_hex64
-from nurseries import open_supervisor
+from nurseries import lifeline_from_env, open_supervisor
 
 __all__ = [
     "SHUTDOWN_GRACE_SECONDS",
@@ -71,7 +71,7 @@ __all__ = [
 ]
 
 SHUTDOWN_GRACE_SECONDS: Final = 10.0
-"""After SIGINT/SIGTERM, how long the current HTTP call may finish before it is cancelled."""
+"""After SIGINT/SIGTERM/SIGHUP, how long the current HTTP call may finish before it is cancelled."""
 TEST_PAUSE_ENV: Final = "HYPERTRAIN_TEST_MINER_PAUSE_AT"
 TEST_PAUSE_SECONDS: Final = 60.0
 """How long the test-only pause (module docstring) blocks before the miner goes on."""
@@ -145,7 +145,8 @@ async def _run_supervised(kwargs: dict[str, Any]) -> Summary | None:
     async def work() -> None:
         result.append(await run_miner(**kwargs))
 
-    async with open_supervisor(grace=SHUTDOWN_GRACE_SECONDS) as supervisor:
+    lifeline = lifeline_from_env(os.environ)
+    async with open_supervisor(grace=SHUTDOWN_GRACE_SECONDS, lifeline=lifeline) as supervisor:
         supervisor.nursery.start_soon(work, name="miner")
     return result[0] if result else None
 

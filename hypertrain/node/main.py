@@ -3,6 +3,7 @@
 ::
 
     hypertrain-node [--key ht_...] [--dir D] [--url U] [--once] [--json] [--handle H]
+                    [--cache-max-mb MB]
 
 Scores other people's submissions for the coordinator at ``--url`` (>
 ``HYPERTRAIN_COORDINATOR_URL`` > ``http://127.0.0.1:8000``; https, or http to this machine
@@ -10,9 +11,11 @@ only). The node directory is ``--dir`` > ``HYPERTRAIN_NODE_DIR`` > ``~/.hypertra
 first run mints a key and saves it in ``node.json`` there (mode 0600); ``--key`` attaches an
 existing key instead. ``--once`` takes one lease poll and exits. One line per event on stderr;
 ``--json`` prints ``{node_id, handle, jobs, posted, accepted, skipped, abandoned, last_job}``
-on stdout at exit.
+on stdout at exit. ``--cache-max-mb`` bounds the input cache in ``cache/`` of the node directory
+(default 2048; least recently used inputs are deleted above it, never one a running job uses).
 
-Ctrl-C or SIGTERM stops at once: a job in progress is not posted (its lease expires without a
+Ctrl-C, SIGTERM or SIGHUP (and, for a node started by the demo, the demo's end) stops at once,
+killing a scorer worker in progress: a job in progress is not posted (its lease expires without a
 strike), and the exit status is 0. Exit status: 0 stopped, or ``--once`` polled empty or posted
 its job; 1 unrecoverable (register refused, the key unknown, ``--once`` without a posted job);
 2 a usage, URL, key or node-file error (one line on stderr, before any request).
@@ -34,19 +37,21 @@ from hypertrain.cli.common import (
     EXIT_USAGE,
     OneLineParser,
     exception_leaves,
+    positive_int_arg,
     print_json,
 )
 from hypertrain.compute.keys import check_handle
+from hypertrain.node.cache import DEFAULT_MAX_BYTES
 from hypertrain.node.client import NodeClient
 from hypertrain.node.errors import IdentityError, NodeFatal, NodeFileError
 from hypertrain.node.identity import coordinator_url
 from hypertrain.node.nodefile import node_dir
 from hypertrain.node.probe import probe_machine
-from hypertrain.node.runner import NodeRunner, NodeStatistics, Probed
+from hypertrain.node.runner import NodeRunner, NodeStatistics, Probed, RunnerSettings
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import Malformed
 from hypertrain.scoring.sandbox import run_scorer
-from nurseries import SystemClock, open_supervisor
+from nurseries import SystemClock, lifeline_from_env, open_supervisor
 
 __all__ = ["SHUTDOWN_GRACE_SECONDS", "build_parser", "main"]
 
@@ -75,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--handle", help="the handle to register (default: the server picks)")
     parser.add_argument("--once", action="store_true", help="one lease poll, then exit")
     parser.add_argument("--json", action="store_true", help="print a JSON summary at exit")
+    parser.add_argument(
+        "--cache-max-mb",
+        type=positive_int_arg,
+        default=DEFAULT_MAX_BYTES >> 20,
+        metavar="MB",
+        help="the input cache's size bound (default %(default)s)",
+    )
     return parser
 
 
@@ -95,6 +107,7 @@ async def _serve(args: argparse.Namespace, url: str) -> tuple[int, NodeStatistic
             score=run_scorer,
             wall=SystemClock(),
             say=_say,
+            settings=RunnerSettings(cache_max_bytes=args.cache_max_mb << 20),
         )
 
         stop = trio.CancelScope()
@@ -106,7 +119,9 @@ async def _serve(args: argparse.Namespace, url: str) -> tuple[int, NodeStatistic
 
         try:
             async with open_supervisor(
-                grace=SHUTDOWN_GRACE_SECONDS, on_shutdown=stop.cancel
+                grace=SHUTDOWN_GRACE_SECONDS,
+                on_shutdown=stop.cancel,
+                lifeline=lifeline_from_env(os.environ),
             ) as supervisor:
                 supervisor.nursery.start_soon(work, name="hypertrain-node")
         finally:

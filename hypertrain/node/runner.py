@@ -14,8 +14,11 @@
   (a :class:`~hypertrain.compute.wire.LeaseGrant`; malformed or hostile:
   :class:`~hypertrain.node.errors.BadOffer`, abandoned) and is checked against the local
   registry (:func:`~hypertrain.node.offer.fit`; otherwise skipped with an "upgrade" line). Its
-  inputs are ensured in the cache (re-hashed before use; a mismatch abandons the job), bounded
-  by ``input_timeout``; linked into a private job directory; scored (``score``; production
+  inputs are ensured in the cache (re-hashed before use; a mismatch abandons the job; in use,
+  so never evicted, until the job ends), bounded by ``input_timeout`` and by the lease's
+  deadline less the scorer's kill time (:func:`download_bound`: a download that would leave the
+  scorer too little time is abandoned, not finished for nothing); linked into a private job
+  directory; scored (``score``; production
   :func:`~hypertrain.scoring.sandbox.run_scorer`); the result posted with the lease token; the
   job directory dropped. An abandoned or skipped job posts nothing: its lease
   expires without a strike. A post's 410 (late) or 409 is reported, not fatal.
@@ -25,8 +28,9 @@
 - **Errors** (unreachable, 5xx, 429, other refusals) back off ``backoff_start`` doubling to
   ``backoff_cap`` seconds, reset by the next successful lease. A 401 during the loop is
   :class:`~hypertrain.node.errors.NodeFatal` (the key is gone on the coordinator).
-- **Stopping**: cancellation (Ctrl-C/SIGTERM through the supervisor) ends everything at once; a
-  job in progress is not posted; :meth:`NodeRunner.statistics` still answers.
+- **Stopping**: cancellation (Ctrl-C/SIGTERM/SIGHUP through the supervisor) ends everything at
+  once (a scorer worker's process group is killed); a job in progress is not posted;
+  :meth:`NodeRunner.statistics` still answers.
 - **Output**: one line per event through ``say`` (stderr in production); never the key.
   :meth:`NodeRunner.statistics` is a :class:`NodeStatistics` (``--json`` prints its
   converter JSON).
@@ -47,7 +51,7 @@ from cattrs.gen import override
 
 from hypertrain.compute.keys import is_node_key
 from hypertrain.compute.wire import LeaseGrant
-from hypertrain.node.cache import InputCache
+from hypertrain.node.cache import DEFAULT_MAX_BYTES, InputCache
 from hypertrain.node.client import NodeClient
 from hypertrain.node.errors import (
     BadOffer,
@@ -75,6 +79,7 @@ __all__ = [
     "Probed",
     "RunnerSettings",
     "Turn",
+    "download_bound",
 ]
 
 CAPABILITY_REFRESH: Final = 600.0
@@ -110,12 +115,22 @@ class RunnerSettings:
     disabled_recheck: float = 600.0
     """Longest single sleep while disabled; the lease is asked again after it."""
     input_timeout: float = 600.0
-    """All of a job's inputs must be in the cache within this."""
+    """All of a job's inputs must be in the cache within this (and within
+    :func:`download_bound`)."""
+    cache_max_bytes: int = DEFAULT_MAX_BYTES
+    """The input cache's size bound (``--cache-max-mb``)."""
     lease_wait_ms: int | None = None
     """``wait_ms`` of the lease poll; None: the server's default (25 s)."""
 
 
 DEFAULT_SETTINGS: Final = RunnerSettings()
+
+
+def download_bound(offer: LeaseGrant, challenge: Challenge, now: float) -> float:
+    """Seconds the inputs of ``offer`` may take at wall time ``now`` (seconds): what is left of
+    the lease once the scorer's kill time (the registry's, which the sandbox enforces) is kept
+    for scoring; zero or less when nothing is left."""
+    return (offer.deadline_ms - challenge.kill_after_ms) / 1000 - now
 
 
 @attrs.frozen
@@ -167,7 +182,7 @@ class NodeRunner:
     ) -> None:
         self.client = client
         self.directory = directory
-        self.cache = InputCache(directory)
+        self.cache = InputCache(directory, settings.cache_max_bytes)
         self.key_flag = key_flag
         self.handle = handle
         self.origin = origin_of(client.base_url)
@@ -193,6 +208,7 @@ class NodeRunner:
 
     async def run(self, *, once: bool = False) -> int:
         """Register, then loop (module doc); returns only with ``once`` (its exit status)."""
+        self.cache.open()  # removes temp files a crash left, before any job
         while True:
             try:
                 await self.register()
@@ -322,16 +338,31 @@ class NodeRunner:
             return self._drop("skipped", f"{offer.copy_id} {offer.label}", why)
         label = f"{offer.copy_id} {offer.label}"
         try:
-            with trio.fail_after(self.settings.input_timeout):
+            return await self._fetch_and_score(offer, challenge, label)
+        finally:
+            self.cache.drop_job(offer.copy_id)
+
+    async def _fetch_and_score(self, offer: LeaseGrant, challenge: Challenge, label: str) -> Turn:
+        lease_left = download_bound(offer, challenge, self._wall.now())
+        if lease_left <= 0:
+            why = "the lease ends before the scorer's kill time would; no time for the inputs"
+            return self._drop("abandoned", label, why)
+        bound = min(self.settings.input_timeout, lease_left)
+        try:
+            with trio.fail_after(bound):
                 for spec in offer.inputs:
                     await self.cache.ensure(
-                        spec, lambda s: self.client.fetch_input(offer.copy_id, offer.token, s)
+                        spec,
+                        lambda s: self.client.fetch_input(offer.copy_id, offer.token, s),
+                        job_id=offer.copy_id,
                     )
             paths = self.cache.link_job(offer.copy_id, offer.inputs)
         except (InputMismatch, OSError) as e:
             return self._drop("abandoned", label, str(e))
         except trio.TooSlowError:
-            why = f"inputs not in the cache within {self.settings.input_timeout:g} s"
+            why = f"inputs not in the cache within {bound:g} s"
+            if bound < self.settings.input_timeout:
+                why += " (the lease's deadline less the scorer's kill time)"
             return self._drop("abandoned", label, why)
         except Unreachable:
             self._drop("abandoned", label, "an input could not be downloaded")
@@ -342,8 +373,6 @@ class NodeRunner:
             outcome = await self._score(challenge, paths)
         except Exception as e:  # the scorer could not start (OSError) or a bug: no verdict
             return self._drop("abandoned", label, f"the scorer did not run ({e!r})")
-        finally:
-            self.cache.drop_job(offer.copy_id)
         self._counts["jobs"] += 1
         return await self._post(offer, challenge, outcome, label)
 

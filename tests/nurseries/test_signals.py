@@ -97,6 +97,18 @@ async def test_sigint_is_handled_too(autojump_clock: trio.testing.MockClock) -> 
     assert sup.shutdown_signal is signal.SIGINT
 
 
+async def test_sighup_is_handled_as_sigterm(autojump_clock: trio.testing.MockClock) -> None:
+    # The terminal or the parent went away: a program must stop its work (and so its children,
+    # whose runner kills them when cancelled) rather than die of SIGHUP's default action.
+    assert signal.SIGHUP in DEFAULT_SHUTDOWN_SIGNALS
+    events = Events()
+    async with bounded_supervisor(grace=2.0, on_shutdown=lambda: events.add("hook")) as sup:
+        sup.nursery.start_soon(forever, events, "service")
+        sup.nursery.start_soon(send_signal_at, 1.0, signal.SIGHUP, events)
+    assert events.log == [("SIGHUP sent", 1.0), ("hook", 1.0), ("service cancelled", 3.0)]
+    assert sup.shutdown_signal is signal.SIGHUP
+
+
 async def test_work_that_finishes_within_grace_exits_cleanly(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
