@@ -21,7 +21,7 @@ from werkzeug.routing import Rule
 from werkzeug.routing.converters import NumberConverter
 
 from hypertrain.coordinator.context import Coordinator
-from hypertrain.coordinator.web.http import U53Converter
+from hypertrain.coordinator.web.http import HEADERS_LIMIT, U53Converter
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.object_auth import HEADER_EXP, sign_headers
 from tests.coordinator.harness import ADMIN_TOKEN, Harness, admin_headers
@@ -184,3 +184,19 @@ async def test_a_signed_download_with_a_bad_exp_header_is_400(tmp_path: Path, ex
         )
     assert answer.status_code == 400, answer.text
     assert answer.json()["detail"].startswith("object auth: X-HT-Exp")
+
+
+async def test_headers_over_the_limit_are_431_before_any_handler(tmp_path: Path) -> None:
+    async with open_runs(tmp_path) as h:
+        before = h.ctx.db.statistics()
+        big = await h.client.get("/health", headers={"X-Padding": "p" * HEADERS_LIMIT})
+        many = await h.client.get("/v1/runs", headers=[(f"X-P{i}", "p" * 100) for i in range(200)])
+        after = h.ctx.db.statistics()
+        within = await h.client.get("/version", headers={"X-Padding": "p" * 8000})
+    for answer in (big, many):
+        assert (answer.status_code, answer.json()) == (
+            431,
+            {"detail": f"request headers over the limit of {HEADERS_LIMIT} bytes"},
+        )
+    assert (after.reads, after.writes) == (before.reads, before.writes)
+    assert within.status_code == 200

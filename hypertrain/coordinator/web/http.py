@@ -14,6 +14,9 @@
   parameter before the handler runs, and no out-of-range integer reaches SQLite. (Werkzeug
   lets only HTTP exceptions out of URL matching: :class:`PathParamError` carries the
   Malformed.)
+- :func:`install_error_handlers` also bounds the request head: headers over
+  :data:`HEADERS_LIMIT` bytes in all are a 431 before any handler runs (hypercorn's own 16 KiB
+  bound only fires while a head arrives in pieces).
 - :func:`install_error_handlers`: every :class:`ProtocolError` answers its status with
   ``{"detail": ...}``; Quart's own 404/405/413/... answer JSON ``{"detail": ...}`` too; any
   other exception is logged with its traceback and answers 500 ``{"detail": "internal error"}``
@@ -38,13 +41,14 @@ from werkzeug.exceptions import BadRequest, HTTPException, RequestEntityTooLarge
 from werkzeug.routing import BaseConverter
 
 from hypertrain.coordinator.context import Coordinator
-from hypertrain.protocol.errors import Malformed, PayloadTooLarge, ProtocolError
+from hypertrain.protocol.errors import HeadersTooLarge, Malformed, PayloadTooLarge, ProtocolError
 from hypertrain.protocol.jcs import parse_json
 from hypertrain.protocol.validators import int_param, u_int
 from hypertrain.store import ObjectStore
 
 __all__ = [
     "BODY_TIMEOUT",
+    "HEADERS_LIMIT",
     "JSON_CONTENT_TYPE",
     "RETRY_AFTER_STOPPING",
     "PathParamError",
@@ -65,6 +69,8 @@ BODY_TIMEOUT: Final = 60.0
 RETRY_AFTER_STOPPING: Final = 5
 """``Retry-After`` seconds sent with 503 while the coordinator shuts down."""
 JSON_CONTENT_TYPE: Final = "application/json"
+HEADERS_LIMIT: Final = 16 * 1024
+"""Bytes of request header names and values, in all, that a request may carry."""
 _INTERNAL: Final = "internal error"
 
 
@@ -208,8 +214,15 @@ async def _unexpected(error: Exception) -> Response:
     return json_response({"detail": _INTERNAL}, 500)
 
 
+async def _bounded_headers() -> None:
+    size = sum(len(name) + len(value) for name, value in request.headers.items())
+    if size > HEADERS_LIMIT:
+        raise HeadersTooLarge(f"request headers over the limit of {HEADERS_LIMIT} bytes")
+
+
 def install_error_handlers(app: QuartTrio) -> None:
-    """Map errors to JSON answers as described in the module docstring."""
+    """Map errors to JSON answers and bound the head, as described in the module docstring."""
+    app.before_request(_bounded_headers)
     app.register_error_handler(ProtocolError, _protocol_error)
     app.register_error_handler(HTTPException, _http_exception)
     app.register_error_handler(Exception, _unexpected)
