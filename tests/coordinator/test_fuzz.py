@@ -73,11 +73,11 @@ def _tables(conn: sqlite3.Connection) -> dict[str, str]:
     return digests
 
 
-def _integrity(conn: sqlite3.Connection) -> str:
+def integrity_check(conn: sqlite3.Connection) -> str:
     return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
 
 
-async def _setup(h: Harness) -> Credentials:
+async def setup_credentials(h: Harness) -> Credentials:
     await push(h, 1, 2, 3)
     run_id = await ready_run(h)
     assert (await unpause(h, run_id)).status_code == 200
@@ -103,7 +103,7 @@ async def test_no_request_of_the_fuzz_corpus_gets_a_5xx_or_a_bare_error(
 ) -> None:
     captured = _Captured()
     async with open_runs(tmp_path, extra_routes=captured) as h:
-        creds = await _setup(h)
+        creds = await setup_credentials(h)
         assert captured.app is not None
         routes = routes_of(captured.app.url_map)
         grammar = Grammar(routes, creds, SEED)
@@ -119,7 +119,7 @@ async def test_no_request_of_the_fuzz_corpus_gets_a_5xx_or_a_bare_error(
             await _send(h.client, request, tally)
 
         health = await h.client.get("/health")
-        integrity = await h.ctx.db.read(_integrity)
+        integrity = await h.ctx.db.read(integrity_check)
     print(f"fuzz (in process, seed {SEED}): anonymous {anonymous.summary()}")
     print(f"fuzz (in process, seed {SEED}): {tally.summary()}")
     assert len(routes) >= 60
