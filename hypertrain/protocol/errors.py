@@ -19,6 +19,7 @@ route answers with and a ``detail`` that names the problem::
         ├── Conflict             409    wrong state, window closed, lease not current
         │   └── ReplayError      409    this (run, w, type, signer, subject) was already accepted
         ├── PayloadTooLarge      413    body over the size limit
+        ├── HeadersTooLarge      431    request headers over the size limit
         ├── ContractMismatch     422    well-formed but contradicts the run's contract
         └── NotConfigured        503    the server lacks what this route needs (token, key, ...)
 
@@ -36,6 +37,7 @@ __all__ = [
     "ContractMismatch",
     "Expired",
     "Forbidden",
+    "HeadersTooLarge",
     "HypertrainError",
     "KeyfileError",
     "Malformed",
@@ -123,6 +125,10 @@ class ReplayError(Conflict):
 
 class PayloadTooLarge(ProtocolError):
     status = 413
+
+
+class HeadersTooLarge(ProtocolError):
+    status = 431
 
 
 class ContractMismatch(ProtocolError):

@@ -10,10 +10,14 @@ UTF-16 code units and writes the exact bytes.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import math
 import re
+from collections.abc import Iterable
 from typing import Any, cast
 
+import attrs
 import rfc8785
 
 from hypertrain.protocol.errors import CanonicalJSONError, Malformed
@@ -23,6 +27,10 @@ __all__ = ["MAX_SAFE_INT", "body_digest", "canonical_json", "parse_json"]
 MAX_SAFE_INT = 2**53 - 1
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _MAX_DEPTH = 64
+_MAX_INT_DIGITS = len(str(MAX_SAFE_INT))
+_MAYBE_REFUSED = re.compile(r"\d{16}|[eE][+-]?\d{3}|-0|\\u[dD][89a-fA-F]")
+_NOT_A_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"|[^\[\]{}"]+')
+_BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 def _check(value: object, path: str, depth: int) -> None:
@@ -73,7 +81,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, item in pairs:
         if key in result:
-            raise Malformed(f"JSON: duplicate key {key!r}")
+            raise Malformed(f"JSON: duplicate key {key!r:.80}")
         result[key] = item
     return result
 
@@ -82,8 +90,64 @@ def _no_constant(name: str) -> Any:
     raise Malformed(f"JSON: {name} is not allowed")
 
 
+@attrs.frozen
+class _Refused:
+    """Stands in the parsed value for a number literal the wire never carries, so that the
+    error can name where it was (a hook sees the literal, not its place)."""
+
+    reason: str
+
+
+def _int_literal(digits: str) -> int | _Refused:
+    # Length first: int() of a digit string past Python's limit (4300) raises ValueError.
+    if len(digits.lstrip("-")) > _MAX_INT_DIGITS:
+        return _Refused(f"an integer of {len(digits)} characters is beyond +-(2^53-1)")
+    if digits == "-0":
+        return _Refused("-0 is not allowed (write 0)")
+    value = int(digits)
+    if not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
+        return _Refused(f"integer {digits} is beyond +-(2^53-1)")
+    return value
+
+
+def _float_literal(text: str) -> float | _Refused:
+    value = float(text)
+    return value if math.isfinite(value) else _Refused(f"number {text:.40} is out of range")
+
+
+def _depth(text: str) -> int:
+    """How deeply the arrays and objects of valid JSON ``text`` nest."""
+    brackets = _NOT_A_BRACKET.sub("", text)
+    return max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
+
+
+def _problem(value: object, path: str) -> str | None:
+    """``path: reason`` of the first refused literal or lone surrogate in ``value``, if any."""
+    if isinstance(value, _Refused):
+        return f"{path}: {value.reason}"
+    if isinstance(value, str):
+        return f"{path}: a string holds a lone surrogate" if _SURROGATE.search(value) else None
+    items: Iterable[tuple[str, object]] = ()
+    if isinstance(value, dict):
+        for key in value:
+            if _SURROGATE.search(key):
+                return f"{path}: an object key holds a lone surrogate"
+        items = ((f"{path}.{key:.40}", item) for key, item in value.items())
+    elif isinstance(value, list):
+        items = ((f"{path}[{index}]", item) for index, item in enumerate(value))
+    return next((p for at, item in items if (p := _problem(item, at)) is not None), None)
+
+
 def parse_json(data: bytes | str) -> Any:
-    """Parse JSON strictly: UTF-8 only, no duplicate keys, no NaN/Infinity; Malformed otherwise."""
+    """Parse JSON strictly; :class:`Malformed` (400) naming the problem otherwise.
+
+    Refused: bytes that are not UTF-8, duplicate keys, ``NaN``/``Infinity``, numbers that
+    overflow a float (``1e999``), integers beyond +-(2^53-1) (a long digit string is refused
+    before it is converted), ``-0``, nesting deeper than 64 levels and strings or keys holding
+    a lone surrogate (``"\\ud800"``); the detail names where (``JSON: $.a[2]: ...``). Whether
+    a number may be negative, a float or in a narrower range is the converter's check of the
+    field.
+    """
     if isinstance(data, bytes | bytearray | memoryview):
         try:
             text = bytes(data).decode("utf-8")
@@ -92,8 +156,25 @@ def parse_json(data: bytes | str) -> Any:
     else:
         text = data
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        value = json.loads(
+            text,
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_no_constant,
+            parse_int=_int_literal,
+            parse_float=_float_literal,
+        )
     except json.JSONDecodeError as e:
         raise Malformed(f"JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
     except RecursionError:
-        raise Malformed("JSON: nested too deeply") from None
+        raise Malformed(f"JSON: nested deeper than {_MAX_DEPTH} levels") from None
+    # Cheap tests of the text first, the walks only where they can find something: only text
+    # with more than _MAX_DEPTH brackets can nest deeper; a refused literal has 16 digits, a
+    # 3-digit exponent or is -0; only a \uD800-\uDFFF escape makes a lone surrogate (strict
+    # UTF-8 refuses encoded ones).
+    if text.count("[") + text.count("{") > _MAX_DEPTH and _depth(text) > _MAX_DEPTH:
+        raise Malformed(f"JSON: nested deeper than {_MAX_DEPTH} levels")
+    if _MAYBE_REFUSED.search(text):
+        problem = _problem(value, "$")
+        if problem is not None:
+            raise Malformed(f"JSON: {problem}")
+    return value

@@ -24,7 +24,14 @@ from attrs import frozen
 from hypertrain.protocol.errors import Expired, Malformed, SignatureError
 from hypertrain.protocol.jcs import MAX_SAFE_INT
 from hypertrain.protocol.keys import Keypair, verify_signature
-from hypertrain.protocol.validators import is_hex64, is_sig_hex, is_ss58_address, ss58_public_key
+from hypertrain.protocol.validators import (
+    int_param,
+    is_hex64,
+    is_sig_hex,
+    is_ss58_address,
+    pos_int,
+    ss58_public_key,
+)
 
 __all__ = [
     "HEADER_EXP",
@@ -89,12 +96,13 @@ def has_signed_headers(headers: Headers) -> bool:
 
 
 def _exp(value: str) -> int:
-    if not value.isascii() or not value.isdigit() or (len(value) > 1 and value[0] == "0"):
+    # No leading zero: the signature covers str(exp), so the header must be that text.
+    if value.startswith("0"):
         raise Malformed(f"object auth: {HEADER_EXP} must be a decimal drand round")
-    exp = int(value)
-    if not 1 <= exp <= MAX_SAFE_INT:
-        raise Malformed(f"object auth: {HEADER_EXP} must be in [1, 2^53-1]")
-    return exp
+    try:
+        return int_param(HEADER_EXP, value, pos_int)
+    except Malformed as e:
+        raise Malformed(f"object auth: {e.detail}") from None
 
 
 def verify_headers(

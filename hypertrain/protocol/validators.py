@@ -41,6 +41,7 @@ __all__ = [
     "image_digest",
     "instance_of",
     "int_in",
+    "int_param",
     "is_hex64",
     "is_image_digest",
     "is_label",
@@ -169,6 +170,26 @@ class Check:
         passes. (A bare FieldError there would be an unexpected error: a 500.)"""
         if not self.test(value):
             raise Malformed(f"{name}: {self.reason}, got {_show(value)}")
+
+
+_MAX_DIGITS: Final = len(str(MAX_SAFE_INT))
+"""Digits of the longest decimal :func:`int_param` reads (2^53-1 has 16)."""
+
+
+def int_param(name: str, raw: str, check: Check) -> int:
+    """A decimal integer a peer sent outside a body (a path segment, a query parameter, a
+    header), checked by ``check`` (:data:`u_int`, :data:`pos_int`...).
+
+    Only 1 to 16 ASCII digits are read at all (no sign, no blanks, no ``_``, no other
+    script's digits), so a long digit string never reaches ``int()`` (whose own limit would
+    raise ValueError: a 500): :class:`~hypertrain.protocol.errors.Malformed`, a 400 naming
+    ``name``, otherwise.
+    """
+    if not (0 < len(raw) <= _MAX_DIGITS and raw.isascii() and raw.isdigit()):
+        raise Malformed(f"{name}: {check.reason}, got {_show(raw)}")
+    value = int(raw)
+    check.check_param(name, value)
+    return value
 
 
 hex64: Final = Check(is_hex64, "must be 64 lowercase hex chars")

@@ -24,8 +24,12 @@ def _echo_routes(app: QuartTrio, ctx: Coordinator) -> None:
     async def boom() -> Response:
         raise RuntimeError("kaboom")
 
+    async def not_a_response() -> Response:
+        return object()  # type: ignore[return-value]  # Quart fails making the response
+
     app.add_url_rule("/t/echo", "t.echo", echo, methods=["POST"])
     app.add_url_rule("/t/boom", "t.boom", boom, methods=["GET"])
+    app.add_url_rule("/t/late", "t.late", not_a_response, methods=["GET"])
 
 
 async def _chunks(total: int, size: int = 16) -> AsyncIterator[bytes]:
@@ -103,4 +107,13 @@ async def test_unexpected_errors_are_500_json_and_logged(
         assert record.exc_info is not None
         assert "kaboom" in str(record.exc_info[1])
         # The service lives on.
+        assert (await h.client.get("/version")).status_code == 200
+
+
+async def test_an_error_after_the_handler_returned_is_the_same_500(tmp_path: Path) -> None:
+    """Quart catches this one itself (making the response): it still answers our JSON 500
+    instead of its own page, and the connection serves the next request."""
+    async with open_harness(tmp_path, extra_routes=_echo_routes) as h:
+        response = await h.client.get("/t/late")
+        assert (response.status_code, response.json()) == (500, {"detail": "internal error"})
         assert (await h.client.get("/version")).status_code == 200

@@ -314,14 +314,16 @@ async def test_round_zero_without_honeypot_carries_no_honeypot(tmp_path: Path) -
 # --- public reads --------------------------------------------------------------------------------
 
 
-async def test_unknown_run_and_round_are_404(tmp_path: Path) -> None:
+async def test_unknown_run_and_round_are_404_a_bad_round_number_400(tmp_path: Path) -> None:
     async with open_runs(tmp_path) as h:
         run_id = await create_run(h)
         assert (await h.client.get(f"/v1/runs/{UNKNOWN}")).status_code == 404
         assert (await h.client.get(f"/v1/runs/{UNKNOWN}/rounds/0")).status_code == 404
         assert (await h.client.get(f"/v1/runs/{run_id}/rounds/0")).status_code == 404
-        assert (await h.client.get(f"/v1/runs/{run_id}/rounds/-1")).status_code == 404
-        assert (await h.client.get(f"/v1/runs/{run_id}/rounds/x")).status_code == 404
+        for w in ("-1", "x"):  # not a round number at all: 400 naming it (DESIGN 9)
+            r = await h.client.get(f"/v1/runs/{run_id}/rounds/{w}")
+            assert r.status_code == 400
+            assert r.json()["detail"] == f"w: must be an int in [0, 2^53-1], got {w!r}"
 
 
 async def test_auditor_stats_and_alias(tmp_path: Path) -> None:

@@ -179,6 +179,44 @@ def test_parse_json_is_strict() -> None:
             parse_json(bad)
 
 
+@pytest.mark.parametrize(
+    ("text", "detail"),
+    [
+        ("1" * 4400, "JSON: $: an integer of 4400 characters is beyond +-(2^53-1)"),
+        ("[-" + "9" * 17 + "]", "JSON: $[0]: an integer of 18 characters is beyond +-(2^53-1)"),
+        (str(MAX_SAFE_INT + 1), f"JSON: $: integer {MAX_SAFE_INT + 1} is beyond +-(2^53-1)"),
+        (str(-MAX_SAFE_INT - 1), f"JSON: $: integer {-MAX_SAFE_INT - 1} is beyond +-(2^53-1)"),
+        ('{"fingerprint": -0}', "JSON: $.fingerprint: -0 is not allowed (write 0)"),
+        ("[1e999]", "JSON: $[0]: number 1e999 is out of range"),
+        ("-1E400", "JSON: $: number -1E400 is out of range"),
+        ("[" * 65 + "]" * 65, "JSON: nested deeper than 64 levels"),
+        ('{"a":' * 65 + "0" + "}" * 65, "JSON: nested deeper than 64 levels"),
+        ("[" * 100_000, "JSON: nested deeper than 64 levels"),
+        ('"\\ud800"', "JSON: $: a string holds a lone surrogate"),
+        ('["ok", {"k": "x\\udfff"}]', "JSON: $[1].k: a string holds a lone surrogate"),
+        ('{"\\udc00": 1}', "JSON: $: an object key holds a lone surrogate"),
+    ],
+)
+def test_parse_json_refuses_what_the_wire_never_carries(text: str, detail: str) -> None:
+    with pytest.raises(Malformed) as caught:
+        parse_json(text)
+    assert caught.value.detail == detail
+
+
+def test_parse_json_keeps_what_is_within_the_bounds() -> None:
+    assert parse_json(f"[{MAX_SAFE_INT}, {-MAX_SAFE_INT}, 0, -1]") == [
+        MAX_SAFE_INT,
+        -MAX_SAFE_INT,
+        0,
+        -1,
+    ]
+    assert parse_json("[1.5e300, -0.0]") == [1.5e300, -0.0]  # floats are the field's check
+    assert parse_json("[" * 64 + "]" * 64) is not None
+    brackets_in_strings = '{"a": "' + "[" * 200 + '", "b": ["]]]"]}'
+    assert parse_json(brackets_in_strings) == {"a": "[" * 200, "b": ["]]]"]}
+    assert parse_json('"\\ud83d\\ude00 \\\\ud800"') == "\U0001f600 \\ud800"  # a pair; not an escape
+
+
 # --- f32 hex ------------------------------------------------------------------------------------
 
 SPEC_EXAMPLES = [

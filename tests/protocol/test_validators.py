@@ -21,6 +21,7 @@ from hypertrain.protocol.validators import (
     hex64,
     image_digest,
     int_in,
+    int_param,
     list_of,
     one_of,
     optional,
@@ -69,6 +70,43 @@ def test_checks(check: Check, good: list[object], bad: list[object]) -> None:
 def test_u_and_pos_ranges(value: int) -> None:
     assert u_int.test(value) == (0 <= value <= 2**53 - 1)
     assert pos_int.test(value) == (1 <= value <= 2**53 - 1)
+
+
+@pytest.mark.parametrize(
+    ("raw", "check", "value"),
+    [
+        ("0", u_int, 0),
+        ("007", u_int, 7),
+        (str(MAX_SAFE_INT), u_int, MAX_SAFE_INT),
+        ("1", pos_int, 1),
+    ],
+)
+def test_int_param_reads_decimal_digits(raw: str, check: Check, value: int) -> None:
+    assert int_param("w", raw, check) == value
+
+
+@pytest.mark.parametrize(
+    ("raw", "check"),
+    [
+        ("9" * 4400, u_int),  # int() itself would raise ValueError (Python's digit limit)
+        ("9" * 40, u_int),
+        (str(2**63), u_int),
+        (str(MAX_SAFE_INT + 1), u_int),
+        ("0", pos_int),
+        ("", u_int),
+        ("-1", u_int),
+        ("+1", u_int),
+        (" 1", u_int),
+        ("1_0", u_int),
+        ("\u00b2", u_int),  # str.isdigit() is true, int() refuses it
+        ("\u0661", u_int),  # Arabic-Indic one: int() would read it
+        ("abc", u_int),
+    ],
+)
+def test_int_param_refuses_anything_else_naming_the_parameter(raw: str, check: Check) -> None:
+    with pytest.raises(Malformed) as caught:
+        int_param("w", raw, check)
+    assert caught.value.detail.startswith(f"w: {check.reason}, got ")
 
 
 @attrs.frozen

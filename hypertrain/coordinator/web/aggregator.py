@@ -72,6 +72,7 @@ from hypertrain.protocol.converter import structure
 from hypertrain.protocol.envelope import Verified, check_shape, verify
 from hypertrain.protocol.errors import Conflict, Malformed
 from hypertrain.protocol.messages import Finalize, Rollback
+from hypertrain.protocol.validators import int_param, pos_int
 from hypertrain.trainer.state import pack_state
 
 if TYPE_CHECKING:
@@ -82,11 +83,7 @@ __all__ = ["register"]
 
 def _d_open_arg() -> int | None:
     raw = request.args.get("d_open")
-    if raw is None:
-        return None
-    if not raw.isdigit() or int(raw) < 1:
-        raise Malformed(f"d_open must be a positive integer, got {raw!r:.40}")
-    return int(raw)
+    return None if raw is None else int_param("d_open", raw, pos_int)
 
 
 def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
@@ -230,31 +227,31 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         return await ctx.objects.get(sha256)
 
     app.add_url_rule(
-        "/v1/aggregator/runs/<run_id>/rounds/<int:w>/tape",
+        "/v1/aggregator/runs/<run_id>/rounds/<u53:w>/tape",
         "aggregator.tape",
         put_tape,
         methods=["PUT"],
     )
     app.add_url_rule(
-        "/v1/aggregator/runs/<run_id>/rounds/<int:w>/inputs",
+        "/v1/aggregator/runs/<run_id>/rounds/<u53:w>/inputs",
         "aggregator.inputs",
         get_inputs,
         methods=["GET"],
     )
     app.add_url_rule(
-        "/v1/aggregator/runs/<run_id>/rounds/<int:w>/rollback",
+        "/v1/aggregator/runs/<run_id>/rounds/<u53:w>/rollback",
         "aggregator.rollback",
         post_rollback,
         methods=["POST"],
     )
     app.add_url_rule(
-        "/v1/aggregator/runs/<run_id>/rounds/<int:w>/finalize",
+        "/v1/aggregator/runs/<run_id>/rounds/<u53:w>/finalize",
         "aggregator.finalize",
         post_finalize,
         methods=["POST"],
     )
     app.add_url_rule(
-        "/v1/aggregator/runs/<run_id>/rounds/<int:w>/aggregate",
+        "/v1/aggregator/runs/<run_id>/rounds/<u53:w>/aggregate",
         "aggregator.aggregate",
         post_aggregate,
         methods=["POST"],

@@ -40,7 +40,11 @@ from hypertrain.coordinator.web import (
     system,
     worker,
 )
-from hypertrain.coordinator.web.http import BODY_TIMEOUT, install_error_handlers
+from hypertrain.coordinator.web.http import (
+    BODY_TIMEOUT,
+    install_converters,
+    install_error_handlers,
+)
 from hypertrain.coordinator.web.objects import UploadAwareRequest
 from nurseries import RunSync, run_inline
 
@@ -115,6 +119,7 @@ def create_app(ctx: Coordinator, parts: AppParts) -> App:
         PROPAGATE_EXCEPTIONS=False,
     )
     install_error_handlers(app)
+    install_converters(app)
     for register in ROUTE_MODULES:
         register(app, ctx, parts)
     return app

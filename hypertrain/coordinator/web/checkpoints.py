@@ -13,8 +13,9 @@
 
 404 for an unknown run, checkpoint, file name or an object the checkpoint does not name (the
 object store is not open to the public: only what a checkpoint's replay needs is served); 400
-for a round outside ``0..2^53-1`` or a key that is not 64 lowercase hex. Bodies are streamed
-from the object store, which verifies each hash before the first chunk and again at the end.
+for a round outside ``0..2^53-1`` (the ``u53`` path converter) or a key that is not 64
+lowercase hex. Bodies are streamed from the object store, which verifies each hash before the
+first chunk and again at the end.
 ``hypertrain checkpoint fetch`` and ``hypertrain verify-checkpoint --replay --api`` read these.
 """
 
@@ -33,7 +34,7 @@ from hypertrain.coordinator.flows.checkpoints import (
     checkpoint_object,
 )
 from hypertrain.coordinator.web.http import json_response, object_response
-from hypertrain.protocol.validators import hex64, u_int
+from hypertrain.protocol.validators import hex64
 
 if TYPE_CHECKING:
     from hypertrain.coordinator.web.app import AppParts
@@ -51,7 +52,6 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         return json_response({"run_id": run_id, "checkpoints": [row.listing() for row in rows]})
 
     async def get_file(run_id: str, w: int, name: str) -> Response:
-        u_int.check_param("w", w)
         key = await ctx.db.read(checkpoint_file_key, run_id, w, name)
         response = object_response(ctx.objects, key)
         if name in _JSON_FILES:
@@ -59,14 +59,13 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         return response
 
     async def get_object(run_id: str, w: int, sha256: str) -> Response:
-        u_int.check_param("w", w)
         hex64.check_param("sha256", sha256)
         key = await ctx.db.read(checkpoint_object, run_id, w, sha256)
         return object_response(ctx.objects, key)
 
     base = "/v1/runs/<run_id>/checkpoints"
     app.add_url_rule(base, "checkpoints.list", get_list, methods=["GET"])
-    app.add_url_rule(f"{base}/<int:w>/<name>", "checkpoints.file", get_file, methods=["GET"])
+    app.add_url_rule(f"{base}/<u53:w>/<name>", "checkpoints.file", get_file, methods=["GET"])
     app.add_url_rule(
-        f"{base}/<int:w>/objects/<sha256>", "checkpoints.object", get_object, methods=["GET"]
+        f"{base}/<u53:w>/objects/<sha256>", "checkpoints.object", get_object, methods=["GET"]
     )

@@ -7,33 +7,53 @@
   bad UTF-8 are 400).
 - :func:`json_response`: compact JSON, no sorting (fast; the wire codec decides field order).
 - :func:`object_response`: a stored object streamed with its length.
+- :func:`install_converters`: the ``u53`` path converter, the only integer converter routes
+  use (``<u53:w>``): any path segment where it stands is read by
+  :func:`~hypertrain.protocol.validators.int_param` (1 to 16 ASCII digits, in [0, 2^53-1]),
+  so anything else there (``abc``, ``-1``, 40 digits, ``2**63``) is a 400 naming the
+  parameter before the handler runs, and no out-of-range integer reaches SQLite. (Werkzeug
+  lets only HTTP exceptions out of URL matching: :class:`PathParamError` carries the
+  Malformed.)
+- :func:`install_error_handlers` also bounds the request head: headers over
+  :data:`HEADERS_LIMIT` bytes in all are a 431 before any handler runs (hypercorn's own 16 KiB
+  bound only fires while a head arrives in pieces).
 - :func:`install_error_handlers`: every :class:`ProtocolError` answers its status with
   ``{"detail": ...}``; Quart's own 404/405/413/... answer JSON ``{"detail": ...}`` too; any
-  other exception is logged with its traceback and answers 500 ``{"detail": "internal error"}``.
-  ``trio.Cancelled`` and other ``BaseException``s are never caught.
+  other exception is logged with its traceback and answers 500 ``{"detail": "internal error"}``
+  (so does one Quart catches after the handler returned, in ``after_request`` or while making
+  the response: Quart logs it and hands a 500 here). ``trio.Cancelled`` and other
+  ``BaseException``s are never caught. This is the only place errors become answers; once a
+  streamed body has started (an object download), a failure can only end the connection.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Final
 
 import trio
 from quart import Response, request
+from quart.routing import QuartRule
 from quart_trio import QuartTrio
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.exceptions import BadRequest, HTTPException, RequestEntityTooLarge
+from werkzeug.routing import BaseConverter
 
 from hypertrain.coordinator.context import Coordinator
-from hypertrain.protocol.errors import Malformed, PayloadTooLarge, ProtocolError
+from hypertrain.protocol.errors import HeadersTooLarge, Malformed, PayloadTooLarge, ProtocolError
 from hypertrain.protocol.jcs import parse_json
+from hypertrain.protocol.validators import int_param, u_int
 from hypertrain.store import ObjectStore
 
 __all__ = [
     "BODY_TIMEOUT",
+    "HEADERS_LIMIT",
     "JSON_CONTENT_TYPE",
     "RETRY_AFTER_STOPPING",
+    "PathParamError",
+    "U53Converter",
+    "install_converters",
     "install_error_handlers",
     "json_response",
     "object_response",
@@ -49,6 +69,9 @@ BODY_TIMEOUT: Final = 60.0
 RETRY_AFTER_STOPPING: Final = 5
 """``Retry-After`` seconds sent with 503 while the coordinator shuts down."""
 JSON_CONTENT_TYPE: Final = "application/json"
+HEADERS_LIMIT: Final = 16 * 1024
+"""Bytes of request header names and values, in all, that a request may carry."""
+_INTERNAL: Final = "internal error"
 
 
 def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -116,11 +139,60 @@ async def read_json(ctx: Coordinator) -> Any:
     return parse_json(await read_body(ctx.settings.body_limit))
 
 
+class PathParamError(BadRequest):
+    """A path segment its converter refused; answered as :attr:`error` (a 400 naming it)."""
+
+    def __init__(self, error: Malformed) -> None:
+        super().__init__(error.detail)
+        self.error = error
+
+
+class U53Converter(BaseConverter):
+    """``<u53:name>``: an int in [0, 2^53-1] (module doc). The regex takes any segment so that
+    a wrong one is a 400 naming the parameter, not a 404."""
+
+    name = "path parameter"
+    """The parameter's name, set by :class:`_NamingRule` (werkzeug does not pass it)."""
+
+    def to_python(self, value: str) -> int:
+        try:
+            return int_param(self.name, value, u_int)
+        except Malformed as e:
+            raise PathParamError(e) from e
+
+    def to_url(self, value: Any) -> str:
+        return str(int(value))
+
+
+class _NamingRule(QuartRule):
+    """Tells each :class:`U53Converter` the name of the parameter it reads."""
+
+    def get_converter(
+        self,
+        variable_name: str,
+        converter_name: str,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> BaseConverter:
+        converter = super().get_converter(variable_name, converter_name, args, kwargs)
+        if isinstance(converter, U53Converter):
+            converter.name = variable_name
+        return converter
+
+
+def install_converters(app: QuartTrio) -> None:
+    """Add the ``u53`` converter (module doc); call before adding routes."""
+    app.url_map.converters["u53"] = U53Converter
+    app.url_rule_class = _NamingRule
+
+
 async def _protocol_error(error: ProtocolError) -> Response:
     return json_response(error.to_json(), error.status)
 
 
 async def _http_exception(error: HTTPException) -> Response:
+    if isinstance(error, PathParamError):
+        return await _protocol_error(error.error)
     status = error.code or 500
     headers = {
         name: value
@@ -128,7 +200,9 @@ async def _http_exception(error: HTTPException) -> Response:
         if name.lower() in ("allow", "retry-after")
     }
     detail = f"{status} {error.name}"
-    if status == 404:
+    if status >= 500 and status != 503:  # Quart's 500 for an error past the handler (module doc)
+        detail = _INTERNAL
+    elif status == 404:
         detail = f"not found: {request.method} {request.path}"
     elif status == 405:
         detail = f"method {request.method} not allowed on {request.path}"
@@ -137,11 +211,18 @@ async def _http_exception(error: HTTPException) -> Response:
 
 async def _unexpected(error: Exception) -> Response:
     log.error("unhandled error in %s %s", request.method, request.path, exc_info=error)
-    return json_response({"detail": "internal error"}, 500)
+    return json_response({"detail": _INTERNAL}, 500)
+
+
+async def _bounded_headers() -> None:
+    size = sum(len(name) + len(value) for name, value in request.headers.items())
+    if size > HEADERS_LIMIT:
+        raise HeadersTooLarge(f"request headers over the limit of {HEADERS_LIMIT} bytes")
 
 
 def install_error_handlers(app: QuartTrio) -> None:
-    """Map errors to JSON answers as described in the module docstring."""
+    """Map errors to JSON answers and bound the head, as described in the module docstring."""
+    app.before_request(_bounded_headers)
     app.register_error_handler(ProtocolError, _protocol_error)
     app.register_error_handler(HTTPException, _http_exception)
     app.register_error_handler(Exception, _unexpected)

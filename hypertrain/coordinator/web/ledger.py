@@ -33,7 +33,7 @@ from hypertrain.coordinator.web.http import json_response, read_json
 from hypertrain.ledger import LedgerRefused
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.errors import Conflict, Malformed, NotConfigured
-from hypertrain.protocol.validators import pos_int, ss58, u_int
+from hypertrain.protocol.validators import int_param, pos_int, ss58, u_int
 
 if TYPE_CHECKING:
     from hypertrain.coordinator.web.app import AppParts
@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 __all__ = ["WEIGHTS_ROUTE", "ClawbackRequest", "int_arg", "register"]
 
 WEIGHTS_ROUTE: Final = "/internal/v1/get_weights"
-_MAX_DIGITS: Final = 16  # 2^53 - 1 has 16 digits
 FUTURE_EPOCHS: Final = 1
 """How far ahead of the chain's current epoch (by D's chain time) an answer may be asked for:
 the Cortex master asks for the epoch that is ending, so one epoch of slack covers a beacon
@@ -62,13 +61,7 @@ class ClawbackRequest:
 def int_arg(name: str) -> int | None:
     """Query parameter ``name`` as an int in ``[0, 2^53-1]``; None when absent; 400 else."""
     raw = request.args.get(name)
-    if raw is None:
-        return None
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > _MAX_DIGITS:
-        raise Malformed(f"{name}: must be an int in [0, 2^53-1], got {raw!r:.40}")
-    value = int(raw)
-    u_int.check_param(name, value)
-    return value
+    return None if raw is None else int_param(name, raw, u_int)
 
 
 def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:

@@ -203,7 +203,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         f"{ADMIN_UPLOAD_PREFIX}<sha256>", "objects.admin_put", put_admin_object, methods=["PUT"]
     )
     app.add_url_rule(
-        "/v1/aggregator/runs/<run_id>/rounds/<int:w>/state",
+        "/v1/aggregator/runs/<run_id>/rounds/<u53:w>/state",
         "objects.state",
         put_state,
         methods=["PUT"],

@@ -161,7 +161,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         (f"{admin}/honeypot/reveal", "honeypot_reveal", reveal, "POST"),
         ("/v1/runs", "list", get_runs, "GET"),
         ("/v1/runs/<run_id>", "view", get_run, "GET"),
-        ("/v1/runs/<run_id>/rounds/<int:w>", "round", get_round, "GET"),
+        ("/v1/runs/<run_id>/rounds/<u53:w>", "round", get_round, "GET"),
         ("/run/<run_id>/auditor-stats", "auditor_stats", get_auditor_stats, "GET"),
         ("/v1/runs/<run_id>/auditor-stats", "auditor_stats_v1", get_auditor_stats, "GET"),
     ]
