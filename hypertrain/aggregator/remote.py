@@ -191,9 +191,7 @@ class RemoteAggregator:
                 continue
             return await self._merge(run, w, inputs)
 
-    async def _wait_round(
-        self, run: RunFacts, target: int, give_up_at: float = math.inf
-    ) -> None:
+    async def _wait_round(self, run: RunFacts, target: int, give_up_at: float = math.inf) -> None:
         """Poll D until it reaches ``target`` (each sleep at most ``max_poll``); NotDue at
         ``give_up_at``."""
         period = float(run.manifest.beacon.period)
