@@ -1,11 +1,14 @@
 """Domain-free Trio building blocks. Nothing in this package imports hypertrain.
 
-Services (``supervise``), time (``periodic``, the wall clocks), long polls (``KeyedWaiter``),
-blocking work (``offload_for``, ``run_inline``), shutdown (``open_supervisor``,
-``cleanup_scope``), children (``run_process``, ``open_lifeline``) and serving (``serve_asgi``).
+Services (``supervise``), retries (``retry``: exponential backoff with full jitter under the
+caller's deadline; its pure schedule ``next_delay``), time (``periodic``, the wall clocks),
+long polls (``KeyedWaiter``), blocking work (``offload_for``, ``run_inline``), shutdown
+(``open_supervisor``, ``cleanup_scope``), children (``run_process``, ``open_lifeline``) and
+serving (``serve_asgi``).
 Test helpers live in ``nurseries.testing``.
 """
 
+from nurseries._backoff import DEFAULT_BACKOFF, Backoff, next_delay, parse_retry_after
 from nurseries._cleanup import cleanup_scope
 from nurseries._clock import FixedClock, SystemClock, VirtualClock, WallClock
 from nurseries._lifeline import (
@@ -18,6 +21,7 @@ from nurseries._lifeline import (
 from nurseries._offload import RunSync, offload_for, run_inline
 from nurseries._periodic import Periodic, Tick, periodic
 from nurseries._process import REAP_TIMEOUT, Limits, ProcessResult, run_process
+from nurseries._retry import GaveUp, Transient, retry
 from nurseries._serve import (
     DEFAULT_BACKLOG,
     DEFAULT_GRACEFUL_TIMEOUT,
@@ -52,13 +56,16 @@ from nurseries._waiter import (
 
 __all__ = [
     "DEFAULT_BACKLOG",
+    "DEFAULT_BACKOFF",
     "DEFAULT_GRACEFUL_TIMEOUT",
     "DEFAULT_LIFESPAN_TIMEOUT",
     "DEFAULT_SHUTDOWN_SIGNALS",
     "LIFELINE_ENV",
     "REAP_TIMEOUT",
     "ASGIApp",
+    "Backoff",
     "FixedClock",
+    "GaveUp",
     "KeyedWaiter",
     "KeyedWaiterStatistics",
     "Lifeline",
@@ -78,16 +85,20 @@ __all__ = [
     "SystemClock",
     "Tick",
     "TimedOut",
+    "Transient",
     "VirtualClock",
     "WaitResult",
     "WallClock",
     "cleanup_scope",
     "lifeline_from_env",
     "make_config",
+    "next_delay",
     "offload_for",
     "open_lifeline",
     "open_supervisor",
+    "parse_retry_after",
     "periodic",
+    "retry",
     "run_inline",
     "run_process",
     "run_until_shutdown",

@@ -24,14 +24,15 @@ from hypertrain.aggregator.checkpoint import (
 )
 from hypertrain.aggregator.checkpoint_client import CheckpointClient, fetch_checkpoint
 from hypertrain.aggregator.outerstate import unpack_outer
-from hypertrain.aggregator.remote_client import Retry
+from hypertrain.aggregator.remote_client import DaemonUnreachable, Retry, RetryableStatus
 from hypertrain.cli import build_parser, main
 from hypertrain.cli.checkpoint import fetch_main, verify_main
 from hypertrain.coordinator.tables.checkpoints import CheckpointRow
+from nurseries import Backoff
 from tests.aggregator.chain import COORD, INFO_OF, OTHER, Chain, make_chain
 
 Capture = pytest.CaptureFixture[str]
-ONCE = Retry(attempts=1)
+ONCE = Retry(budget=0.0)
 Files = dict[str, bytes]
 
 
@@ -341,10 +342,37 @@ def test_a_broken_download_is_retried_from_the_start(daemon: FakeDaemon, tmp_pat
             return httpx.Response(503, json={"detail": "busy"})
         return daemon.handler(request)
 
-    retry = Retry(attempts=2, initial=0.0, maximum=0.0)
+    retry = Retry(budget=1.0, backoff=Backoff(initial=0.0, maximum=0.0))
     with CheckpointClient("http://d", transport=httpx.MockTransport(flaky), retry=retry) as client:
         fetched = fetch_checkpoint(client, daemon.run_id, tmp_path / "out", w=2)
     assert (
         fetched.files[MODEL_FILE] == hashlib.sha256(daemon.checkpoints[2][MODEL_FILE]).hexdigest()
     )
     assert sum(p.endswith(MODEL_FILE) for p in calls) == 2
+
+
+def test_the_synchronous_client_retries_on_the_shared_schedule_until_its_budget() -> None:
+    """Always 503 with ``Retry-After: 3``, a budget of 9 s, jitter draws of 1: tries at 0, 3
+    (the server's 3 s over 1), 6 (3 over 2), 9 (4 shortened to the budget's end), then
+    DaemonUnreachable caused by the last 503."""
+    now = [100.0]
+    tried: list[float] = []
+
+    def busy(request: httpx.Request) -> httpx.Response:
+        tried.append(now[0] - 100.0)
+        return httpx.Response(503, headers={"Retry-After": "3"}, json={"detail": "busy"})
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    retry = Retry(budget=9.0, backoff=Backoff(initial=1.0, maximum=30.0), draw=lambda: 1.0)
+    with (
+        CheckpointClient(
+            "http://d", transport=httpx.MockTransport(busy), retry=retry, sleep=sleep,
+            clock=lambda: now[0],
+        ) as client,
+        pytest.raises(DaemonUnreachable, match="after 4 tries") as caught,
+    ):  # fmt: skip
+        client.listing("ab" * 32)
+    assert tried == [0.0, 3.0, 6.0, 9.0]
+    assert isinstance(caught.value.__cause__, RetryableStatus)

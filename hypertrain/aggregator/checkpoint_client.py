@@ -8,9 +8,11 @@ Routes (no token)::
 
 One synchronous :class:`httpx.Client` (the commands are synchronous, and so is a replay's
 ``load_object``), with an injectable transport, no proxies or certificates from the
-environment (``trust_env=False``), no redirects, and the timeouts and backoff of
-:class:`~.remote_client.Retry`: a network error or a 502/503/504 is retried, then
-:class:`~.remote_client.DaemonUnreachable`; any other non-2xx is
+environment (``trust_env=False``), no redirects, and the timeouts and retries of
+:class:`~.remote_client.Retry`: a network error or a 502/503/504 (a ``Retry-After`` honoured)
+is retried for the retry budget on the schedule of :func:`nurseries.next_delay` (the async
+clients' rule, in a small synchronous loop: a replay's ``load_object`` cannot await), then
+:class:`~.remote_client.DaemonUnreachable` (its cause the last failure); any other non-2xx is
 :class:`~.remote_client.Refused` with the daemon's ``detail``, except an object's 404, which is
 NotFound (a replay names the missing object).
 
@@ -30,7 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import httpx
 from attrs import field, frozen
@@ -48,7 +50,9 @@ from hypertrain.aggregator.remote_client import (
     Refused,
     RemoteError,
     Retry,
+    RetryableStatus,
     response_detail,
+    transient,
 )
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.errors import Malformed, NotFound
@@ -60,6 +64,7 @@ from hypertrain.protocol.validators import (
     one_of_literal,
     u_int,
 )
+from nurseries import next_delay
 
 __all__ = [
     "CheckpointClient",
@@ -72,6 +77,7 @@ __all__ = [
 
 _RETRIED = frozenset({502, 503, 504})
 _CHUNK = 1 << 20
+T = TypeVar("T")
 
 
 class CheckpointMismatch(RemoteError):
@@ -146,10 +152,12 @@ class CheckpointClient:
         transport: httpx.BaseTransport | None = None,
         retry: Retry = DEFAULT_RETRY,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api.rstrip("/")
         self.retry = retry
         self._sleep = sleep
+        self._clock = clock
         self._http = httpx.Client(
             transport=transport, timeout=retry.timeout, trust_env=False, follow_redirects=False
         )
@@ -163,31 +171,47 @@ class CheckpointClient:
     def __exit__(self, *_: object) -> None:
         self.close()
 
+    def _retrying(self, what: str, call: Callable[[], T]) -> T:
+        """``call()``, retried like :func:`nurseries.retry` (module doc), synchronously."""
+        deadline = self._clock() + self.retry.budget
+        failures = 0
+        while True:
+            try:
+                return call()
+            except Exception as error:
+                wait = transient(error)
+                if wait is None:
+                    raise
+                failures += 1
+                delay = next_delay(
+                    self.retry.backoff, failures, self.retry.draw(), now=self._clock(),
+                    deadline=deadline, not_before=wait,
+                )  # fmt: skip
+                if delay is None:
+                    raise DaemonUnreachable(
+                        f"{what}: no answer after {failures} tries ({error})"
+                    ) from error
+            self._sleep(delay)
+
     def _get(self, path: str, *, ok: tuple[int, ...] = (), stream: bool = False) -> httpx.Response:
         """GET ``path``, retried (module doc). A ``stream`` answer's body is still to be read
         (the caller closes it); otherwise it has been read."""
-        delays = self.retry.delays()
         request = self._http.build_request("GET", self.api + path)
-        for attempt in range(self.retry.attempts):
+
+        def once() -> httpx.Response:
+            response = self._http.send(request, stream=stream)
+            if response.is_success or response.status_code in ok:
+                return response
             try:
-                response = self._http.send(request, stream=stream)
-                if response.is_success or response.status_code in ok:
-                    return response
-                try:
-                    response.read()
-                finally:
-                    response.close()
-            except httpx.TransportError as e:
-                problem = f"{type(e).__name__}: {e}"
-            else:
-                if response.status_code not in _RETRIED:
-                    raise Refused("GET", path, response.status_code, response_detail(response))
-                problem = f"HTTP {response.status_code}: {response_detail(response)}"
-            if attempt < len(delays):
-                self._sleep(delays[attempt])
-        raise DaemonUnreachable(
-            f"GET {self.api}{path}: no answer after {self.retry.attempts} tries ({problem})"
-        )
+                response.read()
+            finally:
+                response.close()
+            status = response.status_code
+            if status not in _RETRIED:
+                raise Refused("GET", path, status, response_detail(response))
+            raise RetryableStatus(f"HTTP {status}: {response_detail(response)}", response)
+
+        return self._retrying(f"GET {self.api}{path}", once)
 
     def listing(self, run_id: str) -> Listing:
         """The run's checkpoints; CheckpointMismatch for a listing that is not one."""
@@ -204,8 +228,8 @@ class CheckpointClient:
         """Stream file ``name`` of checkpoint ``w`` into ``out`` (rewound for each try, also
         when the connection breaks mid-file); returns its sha256."""
         path = f"/v1/runs/{run_id}/checkpoints/{w}/{name}"
-        delays = self.retry.delays()
-        for attempt in range(self.retry.attempts):
+
+        def once() -> str:
             out.seek(0)
             out.truncate()
             digest = hashlib.sha256()
@@ -214,14 +238,11 @@ class CheckpointClient:
                 for chunk in response.iter_bytes(_CHUNK):
                     digest.update(chunk)
                     out.write(chunk)
-                return digest.hexdigest()
-            except httpx.TransportError as e:
-                if attempt == len(delays):
-                    raise DaemonUnreachable(f"GET {self.api}{path}: {e}") from e
-                self._sleep(delays[attempt])
             finally:
                 response.close()
-        raise DaemonUnreachable(f"GET {self.api}{path}: no tries")  # attempts < 1
+            return digest.hexdigest()
+
+        return self._retrying(f"GET {self.api}{path}", once)
 
     def get_object(self, run_id: str, w: int, sha256: str) -> bytes:
         """Object ``sha256`` of checkpoint ``w``'s tapes, unchecked (a replay checks it);

@@ -9,7 +9,8 @@ merge_next`:
 1. read the run view; check the key file is the manifest's ``coord_pubkey``
    (:class:`~hypertrain.aggregator.remote_plan.KeyMismatch`); take the newest round ``w``;
    wait, with bounded polls of ``GET /v1/beacon/latest``, until ``D >= d_upload(w)`` (a paused
-   run or a run without rounds is polled every ``idle_poll`` seconds);
+   run or a run without rounds is polled every ``idle_poll`` seconds); past the caller's
+   ``give_up_at`` (Trio time; ``--once``) the wait ends with :class:`NotDue`;
 2. ``GET .../rounds/{w}/inputs``; the previous OuterState is the genesis state for ``w = 0``,
    else the one this aggregator stored in its state directory
    (:class:`~hypertrain.aggregator.statedir.StateDir`), else the ``out_state`` named by the
@@ -46,6 +47,7 @@ never becomes final (a paused run's, one whose audits never end) is polled until
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -74,7 +76,7 @@ from hypertrain.protocol.envelope import NEVER, seal
 from hypertrain.protocol.keys import Keypair
 from nurseries import run_inline
 
-__all__ = ["OPEN_TRIES", "RemoteAggregator", "RemoteConfig", "StateUnknown"]
+__all__ = ["OPEN_TRIES", "NotDue", "RemoteAggregator", "RemoteConfig", "StateUnknown"]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,11 @@ OPEN_TRIES: Final = 3
 
 class StateUnknown(RemoteError):
     """The previous round's OuterState is neither in the state directory nor the daemon's."""
+
+
+class NotDue(RemoteError):
+    """The newest round did not become due before the caller's bound (a paused run, a run
+    without rounds, D short of ``d_upload``)."""
 
 
 @attrs.frozen
@@ -155,16 +162,20 @@ class RemoteAggregator:
             return None
         return await self.finality.finalize_due(run)
 
-    async def merge_next(self) -> MergeReport | None:
+    async def merge_next(self, *, give_up_at: float = math.inf) -> MergeReport | None:
         """Wait until the newest round is due and merge it (module doc), finalising what the
-        server accepts while waiting; None when the run's last round is merged already."""
+        server accepts while waiting; None when the run's last round is merged already.
+
+        :class:`NotDue` when the wait reaches ``give_up_at`` (Trio time); a merge that has
+        begun is never cut short by it."""
         run_id = self.config.run_id
         while True:
             run = await self.facts()
             w = run.newest_round
             if w is None or not run.running:
                 await self._finalize_due(run)
-                await trio.sleep(self.config.idle_poll)
+                why = "the run is paused" if w is not None else "the run has no open round"
+                await _pause(self.config.idle_poll, give_up_at, why)
                 continue
             await self._ensure_published(run, w)
             merged = self.state.merged(run_id, w)
@@ -176,19 +187,21 @@ class RemoteAggregator:
             if int(inputs["now_round"]) < d_upload:
                 pending = await self._finalize_due(run)
                 target = d_upload if pending is None else min(d_upload, pending.retry_at)
-                await self._wait_round(run, target)
+                await self._wait_round(run, target, give_up_at)
                 continue
             return await self._merge(run, w, inputs)
 
-    async def _wait_round(self, run: RunFacts, target: int) -> None:
-        """Poll D until it reaches ``target`` (each sleep at most ``max_poll``)."""
+    async def _wait_round(self, run: RunFacts, target: int, give_up_at: float = math.inf) -> None:
+        """Poll D until it reaches ``target`` (each sleep at most ``max_poll``); NotDue at
+        ``give_up_at``."""
         period = float(run.manifest.beacon.period)
         while True:
             now = await self.client.beacon_latest()
             if now >= target:
                 return
             # Polling a remote clock: there is no local event to wait on.
-            await trio.sleep(min(max((target - now) * period, 0.5), self.config.max_poll))
+            sleep = min(max((target - now) * period, 0.5), self.config.max_poll)
+            await _pause(sleep, give_up_at, f"D={now} is short of round {target}")
 
     async def _fetch(self, key: str) -> bytes:
         local = self.state.get(key)
@@ -352,3 +365,11 @@ class RemoteAggregator:
             log.info("round %d: published the start state an earlier pass left out", w)
         await self.client.record_tape(run.run_id, w - 1, merged.tape_key)
         self._published.add(w)
+
+
+async def _pause(seconds: float, give_up_at: float, why: str) -> None:
+    """Sleep ``seconds``, no later than ``give_up_at``; NotDue when that time has come."""
+    now = trio.current_time()
+    if now >= give_up_at:
+        raise NotDue(f"not due within the wait: {why}")
+    await trio.sleep(min(seconds, give_up_at - now))

@@ -3,8 +3,9 @@
 One :class:`httpx.AsyncClient` with explicit timeouts and an injectable transport. Promises:
 
 - every call is bounded: httpx timeouts per request, and a network error or a 502/503/504
-  answer is retried with exponential backoff (:class:`Retry`), after which the call raises
-  :class:`DaemonUnreachable`;
+  answer (a ``Retry-After`` honoured) is retried with :func:`nurseries.retry` (exponential
+  backoff, full jitter) for :attr:`Retry.budget` seconds from the first try, after which the
+  call raises :class:`DaemonUnreachable` (its cause the last failure);
 - any other non-2xx answer raises :class:`Refused` with the status and the server's
   ``detail``; a 401 is :class:`TokenRefused` (the admin token file holds the wrong token);
 - downloads are checked: bytes that do not hash to the requested key raise
@@ -24,6 +25,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import random
+from collections.abc import Callable
 from typing import Any, Final
 
 import attrs
@@ -31,6 +34,7 @@ import httpx
 import trio
 
 from hypertrain.protocol.errors import NotFound
+from nurseries import Backoff, GaveUp, parse_retry_after, retry
 
 __all__ = [
     "DEFAULT_RETRY",
@@ -39,8 +43,10 @@ __all__ = [
     "Refused",
     "RemoteError",
     "Retry",
+    "RetryableStatus",
     "TokenRefused",
     "response_detail",
+    "transient",
 ]
 
 log = logging.getLogger(__name__)
@@ -70,20 +76,36 @@ class TokenRefused(Refused):
 
 @attrs.frozen
 class Retry:
-    """Backoff for network errors and 502/503/504: ``attempts`` tries in all, waiting
-    ``initial`` seconds after the first failure, doubling up to ``maximum``."""
+    """How long a call keeps trying: network errors and 502/503/504 answers are retried for
+    ``budget`` seconds from the first try (0: one try), waiting per ``backoff`` with full
+    jitter drawn from ``draw`` (:func:`nurseries.next_delay`)."""
 
-    attempts: int = 6
-    initial: float = 1.0
-    maximum: float = 30.0
+    budget: float = 60.0
+    backoff: Backoff = attrs.field(factory=lambda: Backoff(initial=1.0, maximum=30.0))
     timeout: httpx.Timeout = attrs.field(
         factory=lambda: httpx.Timeout(connect=10.0, read=120.0, write=120.0, pool=10.0)
     )
     """Per request: connect, read (also of a whole object), write, pool."""
+    draw: Callable[[], float] = attrs.field(default=random.random, eq=False, repr=False)
 
-    def delays(self) -> list[float]:
-        """The waits between the tries."""
-        return [min(self.initial * 2**i, self.maximum) for i in range(self.attempts - 1)]
+
+class RetryableStatus(Exception):
+    """A 502/503/504 answer, or a download whose bytes do not hash to its key: worth another
+    try, after the server's ``Retry-After`` if any."""
+
+    def __init__(self, what: str, response: httpx.Response) -> None:
+        super().__init__(what)
+        self.retry_after = parse_retry_after(response.headers.get("retry-after"))
+
+
+def transient(error: Exception) -> float | None:
+    """The retry rule of the daemon's clients: a network error or a :class:`RetryableStatus`
+    is worth another try (after its ``Retry-After``); anything else is final."""
+    if isinstance(error, httpx.TransportError):
+        return 0.0
+    if isinstance(error, RetryableStatus):
+        return error.retry_after or 0.0
+    return None
 
 
 DEFAULT_RETRY: Final = Retry()
@@ -120,31 +142,44 @@ class AggregatorClient:
         await self._http.aclose()
 
     async def _send(
-        self, method: str, path: str, *, ok: tuple[int, ...] = (), **kwargs: Any
+        self,
+        method: str,
+        path: str,
+        *,
+        ok: tuple[int, ...] = (),
+        sound: Callable[[httpx.Response], bool] = lambda _: True,
+        **kwargs: Any,
     ) -> httpx.Response:
-        delays = self.retry.delays()
-        for attempt in range(self.retry.attempts):
-            try:
-                response = await self._http.request(
-                    method, self.api + path, headers=self._auth, **kwargs
-                )
-            except httpx.TransportError as e:
-                problem = f"{type(e).__name__}: {e}"
-            else:
-                if response.is_success or response.status_code in ok:
-                    return response
-                if response.status_code not in _RETRIED_STATUSES:
-                    cls = TokenRefused if response.status_code == 401 else Refused
-                    raise cls(method, path, response.status_code, response_detail(response))
-                problem = f"HTTP {response.status_code}: {response_detail(response)}"
-            if attempt < len(delays):
-                log.warning(
-                    "%s %s failed (%s); retrying in %g s", method, path, problem, delays[attempt]
-                )
-                await trio.sleep(delays[attempt])
-        raise DaemonUnreachable(
-            f"{method} {self.api}{path}: no answer after {self.retry.attempts} tries ({problem})"
-        )
+        """One call, retried (module doc); a 2xx answer that is not ``sound`` is retried too."""
+
+        async def once() -> httpx.Response:
+            response = await self._http.request(
+                method, self.api + path, headers=self._auth, **kwargs
+            )
+            status = response.status_code
+            if status in ok or (response.is_success and sound(response)):
+                return response
+            if response.is_success:
+                why = f"{method} {path}: the bytes do not hash to the key"
+                raise RetryableStatus(why, response)
+            if status not in _RETRIED_STATUSES:
+                cls = TokenRefused if status == 401 else Refused
+                raise cls(method, path, status, response_detail(response))
+            raise RetryableStatus(
+                f"{method} {path}: HTTP {status}: {response_detail(response)}", response
+            )
+
+        def warn(error: Exception, delay: float) -> None:
+            log.warning("%s %s failed (%s); retrying in %.3g s", method, path, error, delay)
+
+        deadline = trio.current_time() + self.retry.budget
+        try:
+            return await retry(
+                once, deadline=deadline, transient=transient, backoff=self.retry.backoff,
+                draw=self.retry.draw, on_retry=warn,
+            )  # fmt: skip
+        except GaveUp as e:
+            raise DaemonUnreachable(f"{method} {self.api}{path}: {e}") from e
 
     async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         response = await self._send(method, path, **kwargs)
@@ -173,14 +208,13 @@ class AggregatorClient:
     async def get_object(self, sha256: str) -> bytes:
         """``GET /v1/objects/{sha256}``, checked against its key; NotFound on 404."""
         path = f"/v1/objects/{sha256}"
-        for _ in range(self.retry.attempts):
-            response = await self._send("GET", path, ok=(404,))
-            if response.status_code == 404:
-                raise NotFound(f"object {sha256} is not in the daemon's store")
-            if hashlib.sha256(response.content).hexdigest() == sha256:
-                return response.content
-            log.warning("GET %s: the bytes do not hash to the key; fetching again", path)
-        raise DaemonUnreachable(f"GET {path}: the bytes never hashed to the key")
+        response = await self._send(
+            "GET", path, ok=(404,),
+            sound=lambda r: hashlib.sha256(r.content).hexdigest() == sha256,
+        )  # fmt: skip
+        if response.status_code == 404:
+            raise NotFound(f"object {sha256} is not in the daemon's store")
+        return response.content
 
     async def put_object(self, data: bytes) -> str:
         """``PUT /v1/aggregator/objects/{sha256}`` (idempotent); returns the key."""

@@ -6,14 +6,15 @@ transport (tests pass :class:`httpx.MockTransport`). Every worker route carries
 ``Authorization: Bearer <worker token>``; the run view (``GET /v1/runs/{id}``) needs none but
 gets it too (same origin).
 
-Retries: a network error (``httpx.TransportError``, timeouts included) or a 5xx answer is
-retried with the backoff of :class:`nurseries.RestartPolicy` (the project's one backoff rule):
-retry ``n`` waits ``policy.backoff(n, jitter())`` and at most ``policy.max_restarts`` retries
-follow the first try; then the call raises :class:`~hypertrain.auditor.errors.Unreachable`
-(chained to the last failure). A 4xx the route's contract does not make part of the answer
-raises :class:`~hypertrain.auditor.errors.ApiError` at once. POSTs are retried too: lease may
-then lease a second job (the first one's lease expires and it is requeued), heartbeat and fail
-are idempotent, a repeated complete is refused with 409 and surfaces as ApiError.
+Retries: a network error (``httpx.TransportError``, timeouts included) or a 5xx answer is retried
+with :func:`nurseries.retry` (the project's one retry primitive: exponential backoff
+``settings.backoff``, full jitter from ``jitter``, a 503's ``Retry-After`` honoured) for
+``settings.retry_budget`` seconds from the first try; then the call raises
+:class:`~hypertrain.auditor.errors.Unreachable` (chained to the last failure). A 4xx the route's
+contract does not make part of the answer raises :class:`~hypertrain.auditor.errors.ApiError` at
+once. POSTs are retried too: lease may then lease a second job (the first one's lease expires and it
+is requeued), heartbeat and fail are idempotent, a repeated complete is refused with 409 and
+surfaces as ApiError.
 
 Objects (``GET /v1/objects/{sha}``) are hash-checked: bytes that do not hash to ``sha`` raise
 :class:`~hypertrain.auditor.errors.FetchFailed` and are never returned.
@@ -35,10 +36,10 @@ from hypertrain.auditor.errors import ApiError, BadJob, FetchFailed, Unreachable
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.errors import SchemaError
 from hypertrain.protocol.validators import hex64, u_int
-from nurseries import RestartPolicy
+from nurseries import Backoff, GaveUp, parse_retry_after, retry
 
 __all__ = [
-    "DEFAULT_RETRY",
+    "DEFAULT_BACKOFF",
     "DEFAULT_SETTINGS",
     "AuditorClient",
     "ClientSettings",
@@ -46,22 +47,22 @@ __all__ = [
     "ServesAnswer",
 ]
 
-DEFAULT_RETRY: Final = RestartPolicy(
-    initial_backoff=1.0, factor=2.0, max_backoff=30.0, jitter=0.1, max_restarts=4, reset_after=None
-)
-"""Five tries in all, waiting about 1, 2, 4 and 8 s between them."""
+DEFAULT_BACKOFF: Final = Backoff(initial=1.0, factor=2.0, maximum=30.0)
+"""Waits of up to 1, 2, 4, 8 ... 30 s between the tries (full jitter)."""
 
 
 @frozen
 class ClientSettings:
-    """Named HTTP timeouts (seconds) and the retry policy."""
+    """Named HTTP timeouts (seconds) and the retries' backoff and budget."""
 
     connect: float = 10.0
     read: float = 120.0
     """Also bounds a whole object download between two received chunks."""
     write: float = 60.0
     pool: float = 10.0
-    retry: RestartPolicy = DEFAULT_RETRY
+    backoff: Backoff = DEFAULT_BACKOFF
+    retry_budget: float = 30.0
+    """Seconds a call keeps retrying from its first try."""
 
     def timeout(self) -> httpx.Timeout:
         return httpx.Timeout(connect=self.connect, read=self.read, write=self.write, pool=self.pool)
@@ -102,6 +103,22 @@ def _read_serves(body: object, where: str) -> ServesAnswer:
         raise BadJob(f"{where}: {e.detail}") from e
 
 
+class _ServerError(ApiError):
+    """A 5xx answer, worth another try (after its ``Retry-After``)."""
+
+    def __init__(self, method: str, path: str, response: httpx.Response) -> None:
+        super().__init__(method, path, response.status_code, _body(response))
+        self.retry_after = parse_retry_after(response.headers.get("retry-after"))
+
+
+def _transient(error: Exception) -> float | None:
+    if isinstance(error, httpx.TransportError):
+        return 0.0
+    if isinstance(error, _ServerError):
+        return error.retry_after or 0.0
+    return None
+
+
 class AuditorClient:
     """Typed calls of the auditor routes; ``api`` is the base URL (no trailing slash)."""
 
@@ -128,21 +145,21 @@ class AuditorClient:
 
     async def _send(self, method: str, path: str, json: object) -> httpx.Response:
         """One request, retried on network errors and 5xx (module docstring)."""
-        policy = self.settings.retry
-        failures = 0
-        while True:
-            try:
-                response = await self._http.request(method, self.api + path, json=json)
-            except httpx.TransportError as e:
-                failure: Exception = e
-            else:
-                if response.status_code < 500:
-                    return response
-                failure = ApiError(method, path, response.status_code, _body(response))
-            failures += 1
-            if policy.max_restarts is not None and failures > policy.max_restarts:
-                raise Unreachable(f"{method} {path}: {failure}") from failure
-            await trio.sleep(policy.backoff(failures, self._jitter()))
+
+        async def once() -> httpx.Response:
+            response = await self._http.request(method, self.api + path, json=json)
+            if response.status_code < 500:
+                return response
+            raise _ServerError(method, path, response)
+
+        deadline = trio.current_time() + self.settings.retry_budget
+        try:
+            return await retry(
+                once, deadline=deadline, transient=_transient, backoff=self.settings.backoff,
+                draw=self._jitter,
+            )  # fmt: skip
+        except GaveUp as e:
+            raise Unreachable(f"{method} {path}: {e.__cause__}") from e
 
     async def _call(
         self, method: str, path: str, *, json: object = None, ok: tuple[int, ...] = ()

@@ -27,13 +27,14 @@ already lists with our blob, is not posted again; a crash between the POST and t
 line re-posts the identical serve, which the coordinator answers with the same 200.
 
 Failures never reach the round loop. Network errors and 5xx answers are retried with
-:func:`~hypertrain.miner.round.retry_call` and, when that gives up, tried again at the next
-poll; a 4xx answer (404, 409 past the deadline or a different serve stored, 422), a refused
-upload URL or a kept state that cannot be served (:class:`~hypertrain.miner.errors.ServeError`)
-gives that window up, logged. Every wait is bounded: a round stops being watched at the wall
-time of its ``serve_deadline`` plus ``serve_grace_seconds`` at the latest (estimated from the
-Receipt's round, shortened by each view's D), so a stalled beacon or an unreachable API cannot
-hold :meth:`AuditServer.wait_settled` forever.
+:meth:`~hypertrain.miner.round.RoundRunner.retry` until the round's give-up time (its
+``serve_deadline``'s time plus ``serve_grace_seconds``, below) and, if that passes first, tried
+again at the next poll (which then settles the round); a 4xx answer (404, 409 past the deadline or a
+different serve stored, 422), a refused upload URL or a kept state that cannot be served
+(:class:`~hypertrain.miner.errors.ServeError`) gives that window up, logged. Every wait is bounded:
+a round stops being watched at the wall time of its ``serve_deadline`` plus ``serve_grace_seconds``
+at the latest (estimated from the Receipt's round, shortened by each view's D), so a stalled beacon
+or an unreachable API cannot hold :meth:`AuditServer.wait_settled` forever.
 """
 
 from __future__ import annotations
@@ -56,12 +57,13 @@ from hypertrain.miner.errors import (
     UploadRefused,
 )
 from hypertrain.miner.passes import Passes
-from hypertrain.miner.round import RoundRunner, retry_call
+from hypertrain.miner.round import RoundRunner
 from hypertrain.miner.serves import PreparedServe, prepare_serve, serve_points
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.envelope import CLIENT_EXP, seal, verify
 from hypertrain.protocol.errors import HypertrainError
 from hypertrain.protocol.messages import AuditChallenge, RoundOpen
+from nurseries import GaveUp
 
 __all__ = ["AuditServer", "Served", "check_challenge"]
 
@@ -293,30 +295,31 @@ class AuditServer:
             return
         try:
             await self._post(w, prepared, ch)
-        except (httpx.TransportError, httpx.TimeoutException) as e:
-            self._progress(w, "serve-error", t=prepared.t, error=type(e).__name__)
+        except GaveUp as e:
+            self._progress(w, "serve-error", t=prepared.t, error=repr(str(e.__cause__)))
             raise _Retry from e
         except ApiError as e:
-            if e.status >= 500:
-                self._progress(w, "serve-error", t=prepared.t, status=e.status)
-                raise _Retry from e
             self._give_up(w, ch, prepared.t, str(e))
         except (UploadRefused, MinerProtocolError) as e:
             self._give_up(w, ch, prepared.t, f"protocol: {e}")
 
-    async def _retry(self, call: Callable[[], Awaitable[T]]) -> T:
-        settings, config = self.runner.settings, self.runner.config
-        return await retry_call(call, attempts=settings.post_attempts, pause=config.poll_seconds)
+    async def _retry(self, w: int, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``, retried until round ``w``'s give-up time (module doc)."""
+
+        def note(error: Exception, delay: float) -> None:
+            self._progress(w, "serve-retry", error=repr(str(error)), delay=round(delay, 3))
+
+        return await self.runner.retry(call, self._watches[w].give_up_at, note)
 
     async def _post(self, w: int, prepared: PreparedServe, ch: str) -> None:
         """Blob grant, PUT, StateServe (module docstring, step 6)."""
         runner = self.runner
         client, run_id, hotkey = runner.client, runner.run_id, runner.keypair.ss58
         sha, allow_file = prepared.blob_sha256, runner.config.allow_file_upload
-        url = await self._retry(lambda: client.upload_grant(run_id, w, hotkey, sha, ch))
-        await self._retry(lambda: client.put_payload(url, prepared.blob, allow_file=allow_file))
+        url = await self._retry(w, lambda: client.upload_grant(run_id, w, hotkey, sha, ch))
+        await self._retry(w, lambda: client.put_payload(url, prepared.blob, allow_file=allow_file))
         envelope = seal(runner.keypair, "StateServe", run_id, prepared.body, CLIENT_EXP)
-        answer = await self._retry(lambda: client.post_state(run_id, envelope))
+        answer = await self._retry(w, lambda: client.post_state(run_id, envelope))
         if (answer.challenge_hash, answer.t, answer.stored) != (ch, prepared.t, True):
             raise MinerProtocolError(f"round {w}: the StateServe answer is not for our serve")
         runner.reached("serve_posted", w)

@@ -46,6 +46,7 @@ from hypertrain.miner.errors import ApiError, UploadRefused
 from hypertrain.protocol.envelope import Envelope
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.object_auth import sign_headers
+from nurseries import parse_retry_after
 
 __all__ = [
     "DEFAULT_TIMEOUTS",
@@ -104,6 +105,12 @@ def check_upload_url(url: str, *, allow_file: bool) -> None:
     raise UploadRefused(f"refusing upload URL {url!r} (https, loopback http or allowed file://)")
 
 
+def _refusal(method: str, path: str, response: httpx.Response, body: Any) -> ApiError:
+    """The ApiError of a non-2xx ``response`` (its ``Retry-After`` kept for the retries)."""
+    retry_after = parse_retry_after(response.headers.get("retry-after"))
+    return ApiError(method, path, response.status_code, body, retry_after=retry_after)
+
+
 def _write_file(url: str, data: bytes) -> None:
     Path(urlsplit(url).path).write_bytes(data)
 
@@ -142,7 +149,7 @@ class CoordinatorClient:
             body = response.text
         if response.is_success or response.status_code in ok_statuses:
             return response.status_code, body
-        raise ApiError(method, path, response.status_code, body)
+        raise _refusal(method, path, response, body)
 
     async def _read(self, cls: type[T], method: str, path: str, **kwargs: Any) -> T:
         """The 2xx answer of ``method path`` as a ``cls`` (module docstring)."""
@@ -249,12 +256,12 @@ class CoordinatorClient:
         url = f"{self.api}/v1/objects/{sha256}"
         response = await self._http.get(url, headers=headers)
         if not response.is_success:
-            raise ApiError("GET", f"/v1/objects/{sha256}", response.status_code, response.text)
+            raise _refusal("GET", f"/v1/objects/{sha256}", response, response.text)
         return response.content
 
     async def get_url(self, url: str) -> bytes:
         """Plain GET of a state_source URL."""
         response = await self._http.get(url)
         if not response.is_success:
-            raise ApiError("GET", url, response.status_code, response.text)
+            raise _refusal("GET", url, response, response.text)
         return response.content

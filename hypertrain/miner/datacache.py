@@ -8,7 +8,8 @@ samples_per_shard) into ``<workdir>/dataset/`` in the build layout (``manifest.j
 
 - every fetched object is hash-checked before it is written; it goes to a temp file in the
   same directory, fsynced, then renamed into place (and the directory fsynced): a wrong answer
-  raises :class:`~hypertrain.miner.errors.DataFetchError` and writes nothing;
+  raises :class:`~hypertrain.miner.errors.DataFetchError` and writes nothing; a network error
+  or a 5xx answer propagates as itself (transient: the round retries it until ``d_commit``);
 - the cache persists across rounds and restarts: a present file whose sha256 matches is not
   fetched again, a corrupt one is fetched again;
 - the manifest's ``dataset_spec()`` must equal the run manifest's ``dataset`` section and its
@@ -77,6 +78,8 @@ class RemoteDataset:
         try:
             data = await self.client.get_object(self.keypair, self.run_id, sha256, now)
         except ApiError as e:
+            if e.status >= 500:
+                raise  # transient: the round retries it until d_commit
             raise DataFetchError(f"cannot fetch {path.name} ({sha256}): {e}") from e
         got = hashlib.sha256(data).hexdigest()
         if got != sha256:
@@ -94,6 +97,8 @@ class RemoteDataset:
         try:
             info: DatasetInfo = await self.client.dataset(self.run_id)
         except ApiError as e:
+            if e.status >= 500:
+                raise  # transient: the round retries it until d_commit
             raise DataFetchError(f"run {self.run_id}: no dataset to fetch: {e}") from e
         self.directory.mkdir(parents=True, exist_ok=True)
         sha = info.manifest_sha256

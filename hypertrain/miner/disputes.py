@@ -32,9 +32,9 @@ dispute's view, and applies :func:`~hypertrain.miner.disputeplan.next_step`, who
 
 Honeypots (a mode other than ``honest``) never dispute: they are the operator's test of the
 auditors. Failures never reach the round loop: network errors and 5xx answers are retried with
-:func:`~hypertrain.miner.round.retry_call` and, when that gives up, at the next poll; a 4xx no
-step expects, an answer that breaks the contract or a recomputation that fails gives the round
-up, logged (``dispute-given-up``), never fatal. Every wait is bounded:
+:meth:`~hypertrain.miner.round.RoundRunner.retry` (``step_retry_seconds``) and then at the next
+poll; a 4xx no step expects, an answer that breaks the contract or a recomputation that fails gives
+the round up, logged (``dispute-given-up``), never fatal. Every wait is bounded:
 
 - waiting for the verdict ends at the wall time of the serve deadline plus
   ``verdict_grace_seconds`` (estimated from the Receipt's round, shortened by each view's D);

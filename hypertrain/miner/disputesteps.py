@@ -18,8 +18,9 @@ the coordinator holds it (see that module's docstring for when each is taken):
   by the hotkey, journaled ``bisected``; a stage refused (409, 422) or journaled is never
   posted again (:meth:`DisputeSteps.stage_done`).
 
-:meth:`DisputeSteps.call` is every request's retry: network errors and 5xx answers (after
-:func:`~hypertrain.miner.round.retry_call`) are :class:`Later`; an answer that breaks the
+:meth:`DisputeSteps.call` is every request's retry: network errors and 5xx answers (retried
+with :meth:`~hypertrain.miner.round.RoundRunner.retry` for ``step_retry_seconds``) are
+:class:`Later`; an answer that breaks the
 contract, a refusal no step expects or a failed recomputation :class:`GiveUp`.
 """
 
@@ -30,7 +31,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import attrs
-import httpx
+import trio
 
 from hypertrain.miner.answers import DisputeStage, RoundView
 from hypertrain.miner.artifacts import RoundDir
@@ -45,7 +46,7 @@ from hypertrain.miner.disputeplan import (
     rerun_windows,
 )
 from hypertrain.miner.errors import ApiError, MinerError, MinerProtocolError, ServeError
-from hypertrain.miner.round import RoundRunner, retry_call
+from hypertrain.miner.round import RoundRunner
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.envelope import CLIENT_EXP, seal
 from hypertrain.protocol.errors import HypertrainError
@@ -53,7 +54,7 @@ from hypertrain.protocol.hashes import rerun_claim_bytes
 from hypertrain.protocol.messages import AuditChallenge, Bisect, Dispute, LeafPreimage
 from hypertrain.trainer.errors import TrainerError
 from hypertrain.trainer.leaves import preimage_digest
-from nurseries import RunSync
+from nurseries import GaveUp, RunSync
 
 __all__ = ["DisputeSteps", "Followed", "GiveUp", "Later"]
 
@@ -99,19 +100,12 @@ class DisputeSteps:
     async def call(self, what: str, w: int, call: Callable[[], Awaitable[T]]) -> T:
         """``call()`` with retries; network errors and 5xx become :class:`Later`, an answer
         that breaks the contract :class:`GiveUp`; other ApiErrors propagate."""
-        settings, config = self.runner.settings, self.runner.config
+        deadline = trio.current_time() + self.runner.settings.step_retry_seconds
         try:
-            return await retry_call(
-                call, attempts=settings.post_attempts, pause=config.poll_seconds
-            )
-        except (httpx.TransportError, httpx.TimeoutException) as e:
-            self._progress(w, "dispute-poll-error", what=what, error=type(e).__name__)
+            return await self.runner.retry(call, deadline)
+        except GaveUp as e:
+            self._progress(w, "dispute-poll-error", what=what, error=repr(str(e.__cause__)))
             raise Later from e
-        except ApiError as e:
-            if e.status >= 500:
-                self._progress(w, "dispute-poll-error", what=what, status=e.status)
-                raise Later from e
-            raise
         except MinerProtocolError as e:
             raise GiveUp(f"{what}: {e}") from e
 

@@ -11,7 +11,8 @@
     │   └── StartStateError     a start state that cannot be fetched, or does not hash
     │                           to the RoundOpen's theta_hash
     ├── ApiError                a non-2xx answer: ``status``, ``detail``, ``body``;     exit 1
-    │                           a 4xx no route's contract expects becomes MinerFatal
+    │                           a 4xx no route's contract expects becomes MinerFatal;
+    │                           a 5xx is transient: retried until the phase's deadline
     ├── UploadRefused           an upload URL the miner will not use    -> MinerProtocolError
     ├── DataFetchError          the run's dataset cannot be fetched, or is not the one
     │                           the manifest names                      -> MinerProtocolError
@@ -31,7 +32,7 @@
 ``->`` marks errors the miner re-raises as another (``raise ... from e``, so the cause stays
 attached). Outside the tree the process boundary (:mod:`hypertrain.miner.main`) also maps the
 protocol's :class:`~hypertrain.protocol.errors.KeyfileError` (exit 2), ``httpx.HTTPError``
-(network failures, exit 1) and SIGINT/SIGTERM/SIGHUP (exit 1).
+(network failures at the start, exit 1) and SIGINT/SIGTERM/SIGHUP (exit 1).
 """
 
 from __future__ import annotations
@@ -72,11 +73,14 @@ class StartStateError(MinerFatal):
 
 
 class ApiError(MinerError):
-    """A non-2xx answer: ``status``, the ``detail`` string and the parsed JSON ``body``."""
+    """A non-2xx answer: ``status``, the ``detail`` string and the parsed JSON ``body``;
+    ``retry_after`` the seconds of its ``Retry-After`` header (None: none)."""
 
-    def __init__(self, method: str, path: str, status: int, body: Any) -> None:
+    def __init__(
+        self, method: str, path: str, status: int, body: Any, *, retry_after: float | None = None
+    ) -> None:
         detail = body.get("detail") if isinstance(body, dict) else None
-        self.status, self.body = status, body
+        self.status, self.body, self.retry_after = status, body, retry_after
         self.detail = str(detail) if detail is not None else str(body)[:200]
         super().__init__(f"{method} {path}: HTTP {status}: {self.detail}")
 

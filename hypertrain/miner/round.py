@@ -10,19 +10,29 @@ and consults the journal first: a phase already recorded is never redone. Artifa
 are on disk before its journal line (:mod:`hypertrain.miner.artifacts`), so after a crash the
 commit is re-posted from ``commit.json`` (the 409 of a duplicate hands back the stored receipt),
 training is never repeated once ``trained`` is recorded, and the upload is re-requested and
-re-PUT (the server is idempotent). A network error that outlasts the retries, wherever it
-happens in the round (the start state, Accept, Commit or a later post), fails the round
-(FAILED) and the client goes on with the next one. ``hook(point, w)`` is called at each phase
-boundary and after each inner step (point ``step``); tests raise from it, or pause in it, to
-simulate a crash. Protocol violations by the coordinator raise
-:class:`~hypertrain.miner.errors.MinerProtocolError` (the CLI exits 2); a round that ends early
-(skipped, aborted, excluded, failed) ends in its :class:`RoundOutcome`.
+re-PUT (the server is idempotent).
+
+Every call of a phase is retried (:meth:`RoundRunner.retry`, the project's one primitive
+:func:`nurseries.retry`: exponential backoff with full jitter, a 503's ``Retry-After``
+honoured) while it fails transiently (:func:`transient`: a network error or a 5xx answer)
+until the phase's own deadline: ``d_commit`` for the start state, the dataset, Accept and
+Commit; ``d_upload`` for the leaves, the upload and the DeltaManifest (each a beacon round,
+carried over to the Trio clock from the last D the miner saw, plus
+``deadline_grace_seconds``). So a daemon restart within a phase costs nothing. A phase whose
+deadline passes first fails the round (FAILED, journal kept) and the client goes on with the
+next one: a transient error never ends the miner; only a refusal (4xx) can.
+
+``hook(point, w)`` is called at each phase boundary and after each inner step (point ``step``);
+tests raise from it, or pause in it, to simulate a crash. Protocol violations by the coordinator
+raise :class:`~hypertrain.miner.errors.MinerProtocolError` (the CLI exits 2); a round that ends
+early (skipped, aborted, excluded, failed) ends in its :class:`RoundOutcome`.
 """
 
 from __future__ import annotations
 
 import enum
 import hashlib
+import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, ParamSpec, TypeVar
 
@@ -64,6 +74,7 @@ from hypertrain.protocol.messages import (
     RoundOpen,
 )
 from hypertrain.rounds.assignment import Assignment, assign
+from nurseries import Backoff, GaveUp, retry
 
 __all__ = [
     "DEFAULT_SETTINGS",
@@ -73,7 +84,7 @@ __all__ = [
     "RoundRunner",
     "RoundSettings",
     "RoundStatus",
-    "retry_call",
+    "transient",
 ]
 
 T = TypeVar("T")
@@ -126,8 +137,13 @@ class RoundSettings:
     """How long the dispute follower waits, once nothing is asked of the miner, for a
     dispute to move (the auditor's Bisect, the referee, the timeout) beyond the current
     stage's ``deadline_round`` (estimated at ``period`` seconds a round) before giving up."""
-    post_attempts: int = 3
-    """Tries of a POST/PUT on network errors or 5xx answers."""
+    backoff: Backoff = attrs.field(factory=lambda: Backoff(initial=0.5, maximum=10.0))
+    """The waits between two tries of a call that failed transiently (full jitter)."""
+    deadline_grace_seconds: float = 10.0
+    """Added to a phase deadline's estimated time (a beacon running late) before its retries
+    stop; the coordinator refuses a post that is really late (4xx), which ends them too."""
+    step_retry_seconds: float = 10.0
+    """How long one dispute step retries before it is left to the follower's next poll."""
 
 
 DEFAULT_SETTINGS: Final = RoundSettings()
@@ -161,6 +177,37 @@ class RoundRunner:
     """Called with the assigned sample ids and D before training (fetches remote shards)."""
     faults: Faults = NO_FAULTS
     """Test-only fault injection (:mod:`hypertrain.miner.faults`)."""
+    draw: Callable[[], float] = random.random
+    """The retries' jitter source (tests pass a seeded one)."""
+    _seen: tuple[int, float] | None = attrs.field(default=None, init=False)
+    """The last beacon round D the coordinator told, and the Trio time it was told."""
+
+    def observe(self, d: int) -> None:
+        """The coordinator says D is ``d`` now (a view, a Receipt): the phase clocks follow."""
+        self._seen = (d, trio.current_time())
+
+    def time_of(self, d: int, ro: RoundOpen) -> float:
+        """The Trio time by which beacon round ``d`` is due, plus the grace (module doc).
+
+        Estimated from the last D seen; before any, from the round's ``d_open`` (D is at
+        least that once the round is open, so the estimate is late, never early)."""
+        period = self.manifest.beacon.period
+        seen_d, seen_at = self._seen if self._seen is not None else (ro.d_open, trio.current_time())
+        return seen_at + (d - seen_d) * period + self.settings.deadline_grace_seconds
+
+    async def retry(
+        self,
+        call: Callable[[], Awaitable[T]],
+        deadline: float,
+        on_retry: Callable[[Exception, float], None] | None = None,
+    ) -> T:
+        """``call()``, retried while it fails transiently until ``deadline`` (Trio time);
+        :class:`nurseries.GaveUp` then, chained to the last failure (module doc).
+        ``on_retry(error, delay)`` hears of each wait (a progress line)."""
+        return await retry(
+            call, deadline=deadline, transient=transient, backoff=self.settings.backoff,
+            draw=self.draw, on_retry=on_retry,
+        )  # fmt: skip
 
     def reached(self, point: str, w: int) -> None:
         """Call the test hook at ``point`` of round ``w`` (when one is set)."""
@@ -186,10 +233,14 @@ class RoundRunner:
             return RoundOutcome(w, status, str(event.get("reason", "")))
         try:
             return await self._run(w, RoundDir(self.config.workdir, w))
-        except (httpx.TransportError, httpx.TimeoutException) as e:
-            # The coordinator stayed unreachable through the retries (restarting, say): the
-            # round fails and the client goes on with the next one, its journal kept.
+        except (GaveUp, httpx.TransportError) as e:
+            # The coordinator stayed unreachable until the phase's deadline (restarting, say):
+            # the round fails and the client goes on with the next one, its journal kept.
             abort = _Abort(RoundStatus.FAILED, f"{type(e).__name__}: {e}")
+        except ApiError as e:
+            if e.status < 500:
+                raise
+            abort = _Abort(RoundStatus.FAILED, str(e))
         except _Abort as e:
             abort = e
         if abort.status is RoundStatus.FAILED:
@@ -209,12 +260,13 @@ class RoundRunner:
         if self.journal.phases(w)["committed"].get("status") == RoundStatus.EXCLUDED:
             raise _Abort(RoundStatus.EXCLUDED, "commit received after d_audit")
         commit = structure(Commit, commit_env.body)
+        d_upload = self.time_of(round_open.d_upload, round_open)
         if "leaves" not in self.journal.phases(w):
-            await self._post_leaves(w, rd, commit)
+            await self._post_leaves(w, rd, commit, d_upload)
         payload = rd.read_bytes("delta.bin")
         if "uploaded" not in self.journal.phases(w):
-            await self._upload(w, commit, payload)
-        await self._post_manifest(w, commit, payload, round_open)
+            await self._upload(w, commit, payload, d_upload)
+        await self._post_manifest(w, commit, payload, round_open, d_upload)
         return RoundOutcome(w, RoundStatus.UPLOADED, "")
 
     # -- waiting, verifying, accepting -----------------------------------------------------
@@ -274,14 +326,18 @@ class RoundRunner:
 
     async def _poll_view(self, w: int) -> RoundView | None:
         try:
-            return await self.client.round_view(self.run_id, w)
-        except (httpx.TransportError, httpx.TimeoutException) as e:
+            view = await self.client.round_view(self.run_id, w)
+        except httpx.TransportError as e:
             self.progress.phase(w, "poll-error", error=type(e).__name__)
+            return None
         except ApiError as e:
             if e.status < 500:
                 raise
             self.progress.phase(w, "poll-error", status=e.status)
-        return None
+            return None
+        if view is not None:
+            self.observe(view.now_round)
+        return view
 
     def _my_assignment(self, w: int, view: RoundView, ro: RoundOpen) -> Assignment:
         hotkey = self.keypair.ss58
@@ -315,13 +371,15 @@ class RoundRunner:
             raise _Abort(RoundStatus.SKIPPED, "not in the RoundOpen roster")
         mine = self._my_assignment(w, view, ro)
         self.progress.phase(w, "assigned", slot=mine.slot, samples=len(mine.samples))
-        if self.prepare is not None:
+        d_commit = self.time_of(ro.d_commit, ro)
+        prepare = self.prepare
+        if prepare is not None:
             try:
-                await self.prepare(mine.samples, view.now_round)
+                await self.retry(lambda: prepare(mine.samples, view.now_round), d_commit)
             except DataFetchError as e:
                 raise MinerProtocolError(f"round {w}: dataset: {e}") from e
         try:
-            theta_start = await self.state_source.load(w, view, ro)
+            theta_start = await self.retry(lambda: self.state_source.load(w, view, ro), d_commit)
         except StartStateError as e:
             refused = e.__cause__
             if isinstance(refused, ApiError) and refused.status == 403:
@@ -339,10 +397,14 @@ class RoundRunner:
         image = self.config.image_digest or self.manifest.reference_spec.image_digest
         body = Accept(w, self.keypair.ss58, mine.assignment_hash, image, DRIVER_VERSION, 1)
         envelope = seal(self.keypair, "Accept", self.run_id, body, ro.d_commit)
+        d_commit = self.time_of(ro.d_commit, ro)
         try:
-            await self._retry(lambda: self.client.accept(self.run_id, envelope))
+            await self.retry(lambda: self.client.accept(self.run_id, envelope), d_commit)
         except ApiError as e:
-            if e.status == 409 and await self._already_past_assigned(w):
+            past = e.status == 409 and await self.retry(
+                lambda: self._already_past_assigned(w), d_commit
+            )
+            if past:
                 pass  # accepted before a crash: the server's status moved on
             elif e.status in (403, 409):  # 403: removed or blacklisted since the round opened
                 raise _Abort(RoundStatus.ABORTED, f"Accept refused: {e.detail}") from e
@@ -361,15 +423,11 @@ class RoundRunner:
 
     # -- commit and after ------------------------------------------------------------------
 
-    async def _retry(self, call: Callable[[], Awaitable[T]]) -> T:
-        return await retry_call(
-            call, attempts=self.settings.post_attempts, pause=self.config.poll_seconds
-        )
-
     async def _commit(self, w: int, rd: RoundDir, ro: RoundOpen, envelope: Envelope) -> None:
         self.reached("before_commit", w)
+        d_commit = self.time_of(ro.d_commit, ro)
         try:
-            answer = await self._retry(lambda: self.client.commit(self.run_id, envelope))
+            answer = await self.retry(lambda: self.client.commit(self.run_id, envelope), d_commit)
         except ApiError as e:
             if e.status == 409:
                 raise _Abort(RoundStatus.ABORTED, f"Commit refused: {e.detail}") from e
@@ -381,6 +439,7 @@ class RoundRunner:
         else:
             status = answer.status
         rd.write_json("receipt.json", answer.receipt)
+        self.observe(receipt.received_round)
         self.record(w, "committed", status=status, received_round=receipt.received_round)
 
     def _verify_receipt(
@@ -393,23 +452,25 @@ class RoundRunner:
             raise MinerProtocolError(f"round {w}: Receipt commit_hash is not our Commit's")
         return receipt
 
-    async def _post_leaves(self, w: int, rd: RoundDir, commit: Commit) -> None:
+    async def _post_leaves(self, w: int, rd: RoundDir, commit: Commit, deadline: float) -> None:
         stored = rd.read_json("preimages.json")
         preimages = [unstructure(structure(LeafPreimage, p)) for p in stored]
         payload = {"w": w, "hotkey": self.keypair.ss58, "preimages": preimages}
-        answer = await self._guarded(w, "leaves", self.client.post_leaves, self.run_id, payload)
+        answer = await self._guarded(
+            w, "leaves", deadline, self.client.post_leaves, self.run_id, payload
+        )
         if answer.leaves_root != commit.leaves_root:
             raise MinerProtocolError(f"round {w}: the server's leaves_root is not ours")
         self.record(w, "leaves")
 
-    async def _upload(self, w: int, commit: Commit, payload: bytes) -> None:
+    async def _upload(self, w: int, commit: Commit, payload: bytes, deadline: float) -> None:
         url = await self._guarded(
-            w, "upload grant", self.client.upload_grant, self.run_id, w, self.keypair.ss58,
-            commit.delta_hash,
+            w, "upload grant", deadline, self.client.upload_grant, self.run_id, w,
+            self.keypair.ss58, commit.delta_hash,
         )  # fmt: skip
         try:
             await self._guarded(
-                w, "upload", self.client.put_payload, url, payload,
+                w, "upload", deadline, self.client.put_payload, url, payload,
                 allow_file=self.config.allow_file_upload,
             )  # fmt: skip
         except UploadRefused as e:
@@ -417,7 +478,9 @@ class RoundRunner:
         self.reached("put_done", w)
         self.record(w, "uploaded", size=len(payload))
 
-    async def _post_manifest(self, w: int, commit: Commit, payload: bytes, ro: RoundOpen) -> None:
+    async def _post_manifest(
+        self, w: int, commit: Commit, payload: bytes, ro: RoundOpen, deadline: float
+    ) -> None:
         step = self.config.chunk_bytes
         chunks = tuple(
             Chunk(off, len(payload[off : off + step]), _sha(payload[off : off + step]))
@@ -428,42 +491,42 @@ class RoundRunner:
             len(payload), "ht-dense-int8-v1", chunks,
         )  # fmt: skip
         envelope = seal(self.keypair, "DeltaManifest", self.run_id, body, ro.d_final)
-        await self._guarded(w, "DeltaManifest", self.client.post_delta, self.run_id, envelope)
+        await self._guarded(
+            w, "DeltaManifest", deadline, self.client.post_delta, self.run_id, envelope
+        )
         self.record(w, "manifest_posted")
 
     async def _guarded(
-        self, w: int, what: str, fn: Callable[P, Awaitable[T]], *a: P.args, **k: P.kwargs
+        self,
+        w: int,
+        what: str,
+        deadline: float,
+        fn: Callable[P, Awaitable[T]],
+        *a: P.args,
+        **k: P.kwargs,
     ) -> T:
-        """Call with retries; a 409 (window closed, not COMMITTED) aborts the round."""
+        """Call with retries until ``deadline``; a 409 (window closed, not COMMITTED) aborts
+        the round, the deadline passing fails it."""
         try:
-            return await self._retry(lambda: fn(*a, **k))
+            return await self.retry(lambda: fn(*a, **k), deadline)
         except ApiError as e:
             if e.status == 409:
                 raise _Abort(RoundStatus.ABORTED, f"{what} refused: {e.detail}") from e
             if e.status in (400, 403, 422):
                 raise MinerProtocolError(f"round {w}: {what} refused: {e}") from e
             raise _Abort(RoundStatus.FAILED, f"{what}: {e}") from e
-        except (httpx.TransportError, httpx.TimeoutException) as e:
-            raise _Abort(RoundStatus.FAILED, f"{what}: {type(e).__name__}: {e}") from e
+        except GaveUp as e:
+            raise _Abort(RoundStatus.FAILED, f"{what}: {e}") from e
 
 
-async def retry_call(call: Callable[[], Awaitable[T]], *, attempts: int, pause: float) -> T:
-    """``call()``, tried up to ``attempts`` times ``pause`` seconds apart while it fails with a
-    network error or a 5xx answer; the last failure, or any other error, is raised.
-
-    The miner's one retry primitive: the round's posts and the audit serves use it.
-    """
-    for attempt in range(attempts):
-        try:
-            return await call()
-        except (httpx.TransportError, httpx.TimeoutException):
-            if attempt + 1 == attempts:
-                raise
-        except ApiError as e:
-            if e.status < 500 or attempt + 1 == attempts:
-                raise
-        await trio.sleep(pause)
-    raise ValueError(f"attempts must be >= 1, got {attempts}")
+def transient(error: Exception) -> float | None:
+    """The miner's retry rule: a network error (timeouts included) or a 5xx answer is worth
+    another try, after the answer's ``Retry-After`` if any; anything else is final."""
+    if isinstance(error, httpx.TransportError):
+        return 0.0
+    if isinstance(error, ApiError) and error.status >= 500:
+        return error.retry_after or 0.0
+    return None
 
 
 def _sha(data: bytes) -> str:

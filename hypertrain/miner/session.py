@@ -27,6 +27,11 @@ training fault or glitch (:mod:`hypertrain.miner.faults`); ``run_sync`` runs the
 recomputations (worker threads by default; virtual-time tests pass
 :func:`nurseries.run_inline`).
 
+A coordinator that cannot be reached at the start ends the client (exit 1: most likely a wrong
+``api``); once mining, each phase of a round retries until its own deadline
+(:mod:`hypertrain.miner.round`), and the audit server and the dispute follower retry at their
+next poll, so no transient error ends the run.
+
 Default ``start``: the oldest round the journal left unfinished, else the run's newest round,
 else 0. Fatal problems raise :class:`~hypertrain.miner.errors.MinerFatal` or one of its
 subclasses (the CLI prints one line and exits 2); a 4xx answer no route's contract expects

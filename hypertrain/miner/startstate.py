@@ -10,7 +10,8 @@ Later rounds start from the published blob (``pack_state`` format, theta section
 
 Either way ``TH(theta) == RoundOpen.theta_hash`` must hold, else
 :class:`~hypertrain.miner.errors.StartStateError` (a MinerFatal: the client's one-line exit 2):
-a miner never trains from a state it cannot prove.
+a miner never trains from a state it cannot prove. A network error or a 5xx answer is not one:
+it propagates as itself, and the round retries the load until ``d_commit``.
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ class StartStateSource:
                 return await self.client.get_url(f"{source.rstrip('/')}/{ro.theta_hash}")
             return (Path(source) / ro.theta_hash).read_bytes()
         except ApiError as e:
+            if e.status >= 500:
+                raise  # transient: the round retries it until d_commit
             raise StartStateError(f"cannot fetch the start state: {e}") from e
         except OSError as e:
             raise StartStateError(f"cannot read the start state: {e}") from e

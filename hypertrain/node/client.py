@@ -17,12 +17,15 @@ One :class:`httpx.AsyncClient` with an injectable transport (tests pass
   coordinator uses. An answer that does not decode is :class:`Refused`, except a lease answer
   whose job does not: that is :class:`BadOffer` (the job is abandoned before a byte of it is
   fetched).
-- **Retries** with capped exponential backoff and jitter (:class:`RetryPolicy`): the input
-  download (before its first byte) and registering with a key retry network errors and 5xx;
-  minting (register without a key) retries only a failed connection, since a request that was
-  sent may have minted a key already; the result post retries network errors only (the
-  server answers an identical repeated body the same way). The lease poll is not retried here:
-  the node's loop backs off between polls.
+- **Retries** with :func:`nurseries.retry` (exponential backoff from :data:`DEFAULT_BACKOFF`,
+  full jitter from the injected ``jitter`` source) until a deadline: the lease's for the input
+  download and the result post (the caller passes it, on the Trio clock), :attr:`NodeClient.
+  retry_budget` seconds from the first try for registering. The input download (before its
+  answer starts) and registering with a key retry network errors and 5xx; minting (register
+  without a key) retries only a failed connection, since a request that was sent may have
+  minted a key already; the result post retries network errors only (the server answers an
+  identical repeated body the same way). The lease poll is not retried here: the node's loop
+  backs off between polls (:mod:`hypertrain.node.runner`, on the same schedule).
 - **Inputs stream** (:meth:`NodeClient.fetch_input`) as raw bytes (``Accept-Encoding:
   identity``, no inflation) with the declared size as a cap: a ``Content-Length`` above it is
   refused before any byte is read, and :class:`~hypertrain.node.cache.InputCache` stops at the
@@ -75,15 +78,16 @@ from hypertrain.node.errors import (
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import SchemaError
 from hypertrain.scoring.inputs import check_input_name
+from nurseries import Backoff, GaveUp, retry
 
 __all__ = [
-    "DEFAULT_RETRY",
+    "DEFAULT_BACKOFF",
     "DEFAULT_TIMEOUTS",
     "MAX_ANSWER_BYTES",
+    "RETRY_BUDGET",
     "NodeClient",
     "NodeTimeouts",
     "PostAnswer",
-    "RetryPolicy",
 ]
 
 MAX_ANSWER_BYTES: Final = 1 << 20
@@ -110,21 +114,10 @@ class NodeTimeouts:
         )  # fmt: skip
 
 
-@attrs.frozen
-class RetryPolicy:
-    """Capped exponential backoff with jitter: attempt ``n`` (from 0) waits
-    ``min(cap, base * 2**n) * (0.5 + jitter()/2)`` seconds; ``attempts`` tries in all."""
-
-    attempts: int = 4
-    base: float = 0.5
-    cap: float = 8.0
-
-    def delay(self, attempt: int, jitter: float) -> float:
-        return min(self.cap, self.base * 2.0**attempt) * (0.5 + jitter / 2)
-
-
 DEFAULT_TIMEOUTS: Final = NodeTimeouts()
-DEFAULT_RETRY: Final = RetryPolicy()
+DEFAULT_BACKOFF: Final = Backoff(initial=0.5, maximum=8.0)
+RETRY_BUDGET: Final = 30.0
+"""Seconds a call without a lease deadline (registering) keeps retrying from its first try."""
 
 
 @attrs.frozen
@@ -194,12 +187,14 @@ class NodeClient:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         timeouts: NodeTimeouts = DEFAULT_TIMEOUTS,
-        retry: RetryPolicy = DEFAULT_RETRY,
+        backoff: Backoff = DEFAULT_BACKOFF,
+        retry_budget: float = RETRY_BUDGET,
         jitter: Callable[[], float] = random.random,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeouts = timeouts
-        self.retry = retry
+        self.backoff = backoff
+        self.retry_budget = retry_budget
         self._jitter = jitter
         self._key: str | None = None
         self._http = httpx.AsyncClient(
@@ -245,16 +240,24 @@ class NodeClient:
             return response.status_code, await _read_json_capped(response)
 
     async def _retrying(
-        self, call: Callable[[], Awaitable[T]], *, retry_on: tuple[type[Exception], ...]
+        self,
+        call: Callable[[], Awaitable[T]],
+        *,
+        retry_on: tuple[type[Exception], ...],
+        deadline: float | None = None,
     ) -> T:
-        for attempt in range(self.retry.attempts):
-            try:
-                return await call()
-            except retry_on as e:
-                if attempt + 1 >= self.retry.attempts:
-                    raise Unreachable(_why(e)) from e
-            await trio.sleep(self.retry.delay(attempt, self._jitter()))
-        raise AssertionError("unreachable")
+        """``call()``, retried while it fails with one of ``retry_on`` until ``deadline`` (Trio
+        time; None: :attr:`retry_budget` from now); then :class:`Unreachable`."""
+        if deadline is None:
+            deadline = trio.current_time() + self.retry_budget
+        try:
+            return await retry(
+                call, deadline=deadline, backoff=self.backoff, draw=self._jitter,
+                transient=lambda e: 0.0 if isinstance(e, retry_on) else None,
+            )  # fmt: skip
+        except GaveUp as e:
+            last = e.__cause__ if isinstance(e.__cause__, Exception) else e
+            raise Unreachable(_why(last)) from e
 
     def _check(self, status: int, body: Any) -> Any:
         """A 2xx answer's decoded JSON; the typed error of any other status."""
@@ -317,37 +320,51 @@ class NodeClient:
             raise BadOffer(e.detail) from e
 
     async def fetch_input(
-        self, copy_id: str, lease: str, spec: InputFile
+        self, copy_id: str, lease: str, spec: InputFile, *, deadline: float | None = None
     ) -> AsyncGenerator[bytes, None]:
-        """``GET /v1/compute/jobs/{id}/inputs/{name}``: the raw bytes, streamed (module doc)."""
+        """``GET /v1/compute/jobs/{id}/inputs/{name}``: the raw bytes, streamed (module doc);
+        retried until the answer starts, up to ``deadline`` (the lease's, on the Trio clock)."""
         path = f"/v1/compute/jobs/{_segment(copy_id)}/inputs/{_segment(spec.name)}"
         headers = {**self._auth(), LEASE_HEADER: lease, "Accept-Encoding": "identity"}
         timeout = self.timeouts.httpx(self.timeouts.input_read)
-        for attempt in range(self.retry.attempts):
-            started = False
-            try:
-                async with self._http.stream(
-                    "GET", self.base_url + path, headers=headers, timeout=timeout
-                ) as response:
-                    if not response.is_success:
-                        self._check(response.status_code, await _read_json_capped(response))
-                    length = response.headers.get("content-length")
-                    if length is not None and (not length.isdigit() or int(length) > spec.size):
-                        raise InputMismatch(
-                            f"input {spec.name}: the server offers {length} bytes,"
-                            f" declared {spec.size}"
-                        )
-                    async for chunk in response.aiter_raw():
-                        started = True
-                        yield chunk
-                return
-            except (httpx.TransportError, _ServerError) as e:
-                if started or attempt + 1 >= self.retry.attempts:
-                    raise Unreachable(f"input {spec.name}: {_why(e)}") from e
-            await trio.sleep(self.retry.delay(attempt, self._jitter()))
 
-    async def post_result(self, copy_id: str, post: ResultPost) -> PostAnswer:
-        """``POST /v1/compute/jobs/{id}/result`` (module doc: retried on network errors)."""
+        async def start() -> httpx.Response:
+            request = self._http.build_request(
+                "GET", self.base_url + path, headers=headers, timeout=timeout
+            )
+            response = await self._http.send(request, stream=True)
+            try:
+                if not response.is_success:
+                    self._check(response.status_code, await _read_json_capped(response))
+                length = response.headers.get("content-length")
+                if length is not None and (not length.isdigit() or int(length) > spec.size):
+                    raise InputMismatch(
+                        f"input {spec.name}: the server offers {length} bytes, declared {spec.size}"
+                    )
+            except BaseException:
+                await response.aclose()
+                raise
+            return response
+
+        try:
+            response = await self._retrying(
+                start, retry_on=(httpx.TransportError, _ServerError), deadline=deadline
+            )
+        except Unreachable as e:
+            raise Unreachable(f"input {spec.name}: {e}") from e
+        try:
+            async for chunk in response.aiter_raw():
+                yield chunk
+        except httpx.TransportError as e:
+            raise Unreachable(f"input {spec.name}: {_why(e)}") from e
+        finally:
+            await response.aclose()
+
+    async def post_result(
+        self, copy_id: str, post: ResultPost, *, deadline: float | None = None
+    ) -> PostAnswer:
+        """``POST /v1/compute/jobs/{id}/result`` (module doc: retried on network errors until
+        ``deadline``, the lease's on the Trio clock)."""
         body = unstructure(post)
         if len(json.dumps(body).encode()) > BODY_LIMIT:
             raise Refused(413, f"the result is over {BODY_LIMIT} bytes; not sent")
@@ -356,7 +373,9 @@ class NodeClient:
         async def call() -> tuple[int, Any]:
             return await self._send("POST", path, body=body, auth=True)
 
-        status, answer = await self._retrying(call, retry_on=(httpx.TransportError,))
+        status, answer = await self._retrying(
+            call, retry_on=(httpx.TransportError,), deadline=deadline
+        )
         if status in (409, 410):
             detail = _detail(answer, "late" if status == 410 else "another answer was posted")
             return PostAnswer(status, None, detail)

@@ -25,8 +25,11 @@
 - **Disabled** (the lease's 403): one line with the re-enable time, then bounded sleeps
   (at most ``disabled_recheck`` each) until then, and leasing again; never an exit (``--once``:
   exit 1).
-- **Errors** (unreachable, 5xx, 429, other refusals) back off ``backoff_start`` doubling to
-  ``backoff_cap`` seconds, reset by the next successful lease. A 401 during the loop is
+- **Errors** (unreachable, 5xx, 429, other refusals) back off on the project's one retry
+  schedule (:func:`nurseries.next_delay`: ``backoff_start`` doubling to ``backoff_cap``
+  seconds, full jitter from ``draw``), reset by the next successful lease. A job's input
+  downloads and its result post retry network errors (and the downloads 5xx) until the
+  lease's deadline (``deadline_ms``, carried over to the Trio clock). A 401 during the loop is
   :class:`~hypertrain.node.errors.NodeFatal` (the key is gone on the coordinator).
 - **Stopping**: cancellation (Ctrl-C/SIGTERM/SIGHUP through the supervisor) ends everything at
   once (a scorer worker's process group is killed); a job in progress is not posted;
@@ -41,6 +44,8 @@ poll or a posted job (whatever the coordinator answered), 1 otherwise.
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Final, Literal
@@ -68,7 +73,7 @@ from hypertrain.node.nodefile import NodeRecord, load_record, save_record
 from hypertrain.node.offer import describe, fit, result_post
 from hypertrain.scoring.outcome import ScoreOutcome
 from hypertrain.scoring.registry import REGISTRY, Challenge
-from nurseries import WallClock
+from nurseries import Backoff, WallClock, next_delay
 
 __all__ = [
     "CAPABILITY_REFRESH",
@@ -179,6 +184,7 @@ class NodeRunner:
         say: Say,
         registry: Mapping[str, Challenge] = REGISTRY,
         settings: RunnerSettings = DEFAULT_SETTINGS,
+        draw: Callable[[], float] = random.random,
     ) -> None:
         self.client = client
         self.directory = directory
@@ -193,7 +199,9 @@ class NodeRunner:
         self._probed_at = -float("inf")
         self._last_lease_at = -float("inf")
         self._disabled_seen: tuple[int | None, str] | None = None
-        self._backoff = settings.backoff_start
+        self._backoff = Backoff(initial=settings.backoff_start, maximum=settings.backoff_cap)
+        self._draw = draw
+        self._failures = 0
         self._node_id: str | None = None
         self._handle: str | None = None
         self._counts = {"jobs": 0, "posted": 0, "accepted": 0, "skipped": 0, "abandoned": 0}
@@ -217,7 +225,7 @@ class NodeRunner:
                 if once:
                     raise NodeFatal(f"cannot register at {self.client.base_url}: {e}") from e
                 await self._back_off(f"cannot register at {self.client.base_url}: {e}")
-        self._backoff = self.settings.backoff_start
+        self._failures = 0
         if once:
             try:
                 turn = await self.turn(once=True)
@@ -232,9 +240,12 @@ class NodeRunner:
                 await self._back_off(str(e))
 
     async def _back_off(self, why: str) -> None:
-        delay = self._backoff
-        self._backoff = min(self.settings.backoff_cap, self._backoff * 2)
-        self._say(f"{why}; retrying in {delay:g} s")
+        self._failures += 1
+        now = trio.current_time()
+        delay = next_delay(self._backoff, self._failures, self._draw(), now=now, deadline=math.inf)
+        if delay is None:  # pragma: no cover - no deadline: there is always a next try
+            raise AssertionError("next_delay gave up without a deadline")
+        self._say(f"{why}; retrying in {delay:.3g} s")
         await trio.sleep(delay)
 
     async def register(self) -> None:
@@ -306,7 +317,7 @@ class NodeRunner:
 
     def _answered(self) -> None:
         """The lease was answered: the error backoff and the disabled notice start over."""
-        self._backoff = self.settings.backoff_start
+        self._failures = 0
         self._disabled_seen = None
 
     async def _disabled(self, e: Disabled, once: bool) -> None:
@@ -348,12 +359,15 @@ class NodeRunner:
             why = "the lease ends before the scorer's kill time would; no time for the inputs"
             return self._drop("abandoned", label, why)
         bound = min(self.settings.input_timeout, lease_left)
+        deadline = self._lease_deadline(offer)
         try:
             with trio.fail_after(bound):
                 for spec in offer.inputs:
                     await self.cache.ensure(
                         spec,
-                        lambda s: self.client.fetch_input(offer.copy_id, offer.token, s),
+                        lambda s: self.client.fetch_input(
+                            offer.copy_id, offer.token, s, deadline=deadline
+                        ),
                         job_id=offer.copy_id,
                     )
             paths = self.cache.link_job(offer.copy_id, offer.inputs)
@@ -381,7 +395,9 @@ class NodeRunner:
     ) -> Turn:
         done = describe(challenge, outcome)
         try:
-            answer = await self.client.post_result(offer.copy_id, result_post(offer, outcome))
+            answer = await self.client.post_result(
+                offer.copy_id, result_post(offer, outcome), deadline=self._lease_deadline(offer)
+            )
         except Unreachable:
             self._record(offer, outcome, "not delivered")
             self._say(f"job {label}: {done} -> not delivered")
@@ -401,6 +417,10 @@ class NodeRunner:
             f" [{c['jobs']} done, {c['posted']} posted, {c['accepted']} accepted]"
         )
         return "posted"
+
+    def _lease_deadline(self, offer: LeaseGrant) -> float:
+        """The lease's ``deadline_ms`` (wall clock) as a Trio time: the retries' bound."""
+        return trio.current_time() + (offer.deadline_ms - self._wall.now() * 1000) / 1000
 
     def _record(self, offer: LeaseGrant, outcome: ScoreOutcome, posted: str) -> None:
         self._last_job = LastJob(

@@ -52,7 +52,7 @@ from hypertrain.miner.progress import Progress
 from hypertrain.miner.session import run_miner
 from hypertrain.protocol.keys import Keypair, write_seed_file
 from hypertrain.protocol.manifest import RunManifest
-from nurseries import run_inline
+from nurseries import Backoff, run_inline
 from nurseries.testing import open_asgi_transport
 from tests.coordinator.harness import ADMIN_TOKEN, WORKER_TOKEN, admin_headers
 from tests.daemon.support import running_daemon
@@ -61,7 +61,7 @@ from tests.miner.rounds_support import set_total_rounds
 from tests.miner.test_against_the_daemon import API, COORD, MINERS, _config, _launch, _settings
 
 RUN_TIMEOUT = 2400.0  # virtual seconds
-FAST_RETRY = Retry(attempts=2, initial=0.01, maximum=0.01)
+FAST_RETRY = Retry(budget=0.02, backoff=Backoff(initial=0.01, maximum=0.01))
 
 
 @asynccontextmanager
@@ -499,3 +499,29 @@ async def test_the_tape_route_records_only_k_coords_tape_of_that_round_once(
     assert "the tape is for run" in refused["another round"].json()["detail"]
     assert view["tape_key"] == tape_key
     assert view["update_norm"] == report["update_norm"]
+
+
+async def test_once_on_a_paused_run_exits_3_after_its_wait_instead_of_waiting_forever(
+    tmp_path: Path,
+    run_manifest: RunManifest,  # noqa: F811
+    autojump_clock: trio.testing.MockClock,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    async with (
+        _external_daemon(tmp_path) as (_handle, transport),
+        httpx.AsyncClient(transport=transport, base_url=API) as client,
+    ):
+        run_id = await _launch(client, run_manifest)
+        paused = await client.put(
+            f"/v1/admin/runs/{run_id}/paused", json={"paused": True}, headers=admin_headers()
+        )
+        assert paused.status_code == 200, paused.text
+        t0 = trio.current_time()
+        with trio.fail_after(RUN_TIMEOUT):
+            code = await _aggregate([*_args(tmp_path, run_id), "--once-wait", "95"], transport)
+        waited = trio.current_time() - t0
+    assert code == 3
+    assert 95.0 <= waited < 96.0  # the bound, not a poll (10 s) later, and not forever
+    err = capsys.readouterr().err
+    assert "--once gave up after 95 s" in err
+    assert "the run is paused" in err

@@ -15,7 +15,7 @@ from hypertrain.auditor.progress import Progress
 from hypertrain.auditor.worker import WorkerSettings
 from hypertrain.protocol.keys import Keypair
 from hypertrain.rounds.bisection import Party, Point, RefereeCase, Stage, inputs_hash, points
-from nurseries import RestartPolicy, RunSync, run_inline
+from nurseries import Backoff, RunSync, run_inline
 from tests.auditor.fake import API, TOKEN, FakeCoordinator
 from tests.auditor.world import AUDITOR, MINER, Built, W, World
 
@@ -23,8 +23,7 @@ DISPUTE_ID: Final = "d1" * 32
 OTHER: Final = Keypair.from_seed(b"\x05" * 32)
 """Another auditor of the run (the disputed one when AUDITOR referees)."""
 SETTINGS: Final = WorkerSettings(dispute_poll_interval=10.0)
-RETRY: Final = RestartPolicy(initial_backoff=1.0, factor=2.0, max_backoff=30.0, jitter=0.0,
-                             max_restarts=4, reset_after=None)  # fmt: skip
+RETRY: Final = ClientSettings(backoff=Backoff(initial=1.0, maximum=30.0), retry_budget=15.0)
 
 
 def stage_json(stage: Stage, awaiting: Sequence[Party] = ("miner", "auditor")) -> dict[str, Any]:
@@ -109,8 +108,8 @@ def dispute_worker(
     progress: Progress | None = None,
 ) -> DisputeWorker:
     client = AuditorClient(
-        API, TOKEN, transport=fake.transport(), settings=ClientSettings(retry=RETRY),
-        jitter=lambda: 0.0,
+        API, TOKEN, transport=fake.transport(), settings=RETRY,
+        jitter=lambda: 1.0,
     )  # fmt: skip
     return DisputeWorker(
         client=client, keypair=keypair, manifest=world.manifest,

@@ -22,7 +22,7 @@ from hypertrain.auditor.worker import AuditorWorker, WorkerSettings
 from hypertrain.protocol.envelope import verify
 from hypertrain.protocol.messages import ReplayVerdict
 from hypertrain.trainer.loop import RoundResult
-from nurseries import RestartPolicy
+from nurseries import Backoff
 from tests.auditor.fake import API, TOKEN, FakeCoordinator, coordinator, serves_answer
 from tests.auditor.world import (
     AUDITOR,
@@ -33,8 +33,7 @@ from tests.auditor.world import (
 
 REPLAY_SECONDS = 130.0
 SETTINGS = WorkerSettings(poll_interval=10.0, heartbeat_interval=60.0, cleanup_timeout=5.0)
-RETRY = RestartPolicy(initial_backoff=1.0, factor=2.0, max_backoff=30.0, jitter=0.0,
-                      max_restarts=4, reset_after=None)  # fmt: skip
+RETRY = ClientSettings(backoff=Backoff(initial=1.0, factor=2.0, maximum=30.0), retry_budget=15.0)
 
 
 async def slow_inline(fn: Callable[..., Any], *args: Any) -> Any:
@@ -46,8 +45,8 @@ def worker_for(
     fake: FakeCoordinator, world: World, tmp_path: Path, run_sync: Any = None
 ) -> AuditorWorker:
     client = AuditorClient(
-        API, TOKEN, transport=fake.transport(), settings=ClientSettings(retry=RETRY),
-        jitter=lambda: 0.0,
+        API, TOKEN, transport=fake.transport(), settings=RETRY,
+        jitter=lambda: 1.0,
     )  # fmt: skip
     kwargs = {} if run_sync is None else {"run_sync": run_sync}
     return AuditorWorker(

@@ -15,7 +15,7 @@ from hypertrain.miner.errors import MinerFatal
 from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.miner.journal import Journal
 from hypertrain.miner.progress import Progress
-from hypertrain.miner.round import DEFAULT_SETTINGS, RoundStatus
+from hypertrain.miner.round import RoundStatus
 from hypertrain.miner.session import Summary, run_miner
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
@@ -162,12 +162,12 @@ async def test_a_coordinator_down_through_the_retries_fails_the_round_and_mining
         progress=progress,
         configure=lambda env: None,
     )
-    assert [(r.status, r.detail) for r in summary.rounds] == [
-        (RoundStatus.FAILED, "ConnectError: all attempts to connect failed"),
-        (RoundStatus.UPLOADED, ""),
-    ]
+    assert [r.status for r in summary.rounds] == [RoundStatus.FAILED, RoundStatus.UPLOADED]
+    failed = summary.rounds[0].detail
+    assert failed.startswith("GaveUp: gave up after"), failed
+    assert failed.endswith("last: ConnectError: all attempts to connect failed"), failed
     assert summary.exit_code == 1
-    assert len(refused) == DEFAULT_SETTINGS.post_attempts
+    assert len(refused) > 3  # retried until d_commit, not a fixed count
     assert fake.status[(0, miner_key.ss58)] == "ACCEPTED"
     assert fake.status[(1, miner_key.ss58)] == "UPLOADED"
     assert any("round 0: failed" in line for line in progress.lines)

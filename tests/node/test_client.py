@@ -16,7 +16,7 @@ import trio.testing
 from hypertrain.compute.keys import mint_key
 from hypertrain.compute.wire import InputFile, ResultPost
 from hypertrain.node.cache import InputCache
-from hypertrain.node.client import NodeClient, RetryPolicy
+from hypertrain.node.client import RETRY_BUDGET, NodeClient
 from hypertrain.node.errors import BadOffer, IdentityError, InputMismatch, Refused, Unreachable
 from hypertrain.node.identity import coordinator_url, origin_of
 from hypertrain.node.main import main
@@ -91,7 +91,14 @@ async def test_the_result_post_retries_network_errors_only(
     async with _client(_result_handler([httpx.ConnectError] * 9, seen)) as client:
         with pytest.raises(Unreachable, match="ConnectError"):
             await client.post_result("j1.1", POST)
-    assert len(seen) == RetryPolicy().attempts
+    # 0.5 s doubling to 8 s (jitter draws of 1), the last try at the budget's end exactly
+    assert [round(t - seen[0], 3) for t in seen] == [0.0, 0.5, 1.5, 3.5, 7.5, 15.5, 23.5, 30.0]
+    assert seen[-1] - seen[0] == RETRY_BUDGET
+    seen.clear()
+    async with _client(_result_handler([httpx.ConnectError] * 9, seen)) as client:
+        with pytest.raises(Unreachable, match="ConnectError"):
+            await client.post_result("j1.1", POST, deadline=trio.current_time() + 2.0)
+    assert [round(t - seen[0], 3) for t in seen] == [0.0, 0.5, 1.5, 2.0]  # the lease's deadline
     async with _client(_result_handler([410], seen)) as client:
         late = await client.post_result("j1.1", POST)
     assert (late.accepted, late.http_status) == (False, 410)

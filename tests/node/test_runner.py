@@ -70,6 +70,7 @@ class Harness:
             wall=self.fake.wall,
             say=self.lines.append,
             settings=RunnerSettings(**settings),
+            draw=lambda: 1.0,
         )
         return runner, client
 

@@ -1,0 +1,106 @@
+"""A miner rides out daemon outages: the real daemon in virtual time, its transport refusing
+every connection for a few seconds at the start of each phase of each round.
+
+The outages are ``ConnectError``s, as when the daemon's process is restarting: each phase's
+calls retry (:meth:`~hypertrain.miner.round.RoundRunner.retry`) until the phase's own deadline,
+and since no outage is long enough to swallow one, every round is committed and uploaded.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+
+import httpx
+import trio
+import trio.testing
+
+from hypertrain.miner.progress import Progress
+from hypertrain.miner.round import RoundStatus
+from hypertrain.miner.session import run_miner
+from hypertrain.protocol.manifest import RunManifest
+from tests.miner.test_against_the_daemon import (
+    API,
+    MINERS,
+    ROUND_TIMEOUT,
+    _config,
+    _daemon,
+    _launch,
+)
+
+OUTAGE = 3.0  # seconds, as the restart the issue measured
+ROUNDS = 2
+PHASES = ("before_commit", "committed", "leaves", "put_done", "manifest_posted")
+"""Hook points: each starts an outage that the next phase's calls run into (Commit, the
+leaves, the upload, the DeltaManifest, the next round's view polls and start state)."""
+
+
+class Outages(httpx.AsyncBaseTransport):
+    """``inner``, refusing every connection while an outage lasts; counts what it refused."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.until = -math.inf
+        self.refused: dict[str, int] = {}
+        self.cause = ""
+
+    def start(self, cause: str) -> None:
+        self.until = trio.current_time() + OUTAGE
+        self.cause = cause
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/accept"):  # no hook point precedes Accept: start here
+            w = json.loads(request.content)["body"]["w"]
+            if f"accept:{w}" not in self.refused:
+                self.start(f"accept:{w}")
+        if trio.current_time() < self.until:
+            self.refused[self.cause] = self.refused.get(self.cause, 0) + 1
+            raise httpx.ConnectError("all attempts to connect failed", request=request)
+        return await self.inner.handle_async_request(request)
+
+
+async def test_a_miner_commits_and_uploads_every_round_through_an_outage_in_each_phase(
+    tmp_path: Path,
+    data_dir: Path,
+    run_manifest: RunManifest,
+    configured: None,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    key = MINERS[0]
+    async with (
+        _daemon(tmp_path) as (_handle, transport),
+        httpx.AsyncClient(transport=transport, base_url=API) as client,
+    ):
+        run_id = await _launch(client, run_manifest)
+        outages = Outages(transport)
+        seen: set[tuple[str, int]] = set()
+
+        def hook(point: str, w: int) -> None:
+            if point in PHASES and (point, w) not in seen:
+                seen.add((point, w))
+                outages.start(f"{point}:{w}")
+
+        with trio.fail_after(ROUND_TIMEOUT * ROUNDS):
+            summary = await run_miner(
+                _config(tmp_path, key, data_dir),
+                key,
+                rounds=ROUNDS,
+                start=0,
+                transport=outages,
+                progress=Progress(io.StringIO()),
+                hook=hook,
+                configure=lambda env: None,
+            )
+        views = [(await client.get(f"/v1/runs/{run_id}/rounds/{w}")).json() for w in range(ROUNDS)]
+    assert [(r.status, r.detail) for r in summary.rounds] == [(RoundStatus.UPLOADED, "")] * ROUNDS
+    assert summary.exit_code == 0
+    for view in views:
+        (row,) = [m for m in view["miners"] if m["hotkey"] == key.ss58]
+        assert row["status"] == "UPLOADED"
+    # Every outage was met: the phase after each hook point was refused at least once.
+    # (The last round's manifest_posted ends the run: nothing follows it.)
+    expected = {f"{p}:{w}" for p in ("accept", *PHASES) for w in range(ROUNDS)}
+    expected.discard(f"manifest_posted:{ROUNDS - 1}")
+    assert set(outages.refused) == expected, outages.refused
