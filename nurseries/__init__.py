@@ -3,7 +3,8 @@
 Services (``supervise``), time (``periodic``, the wall clocks), long polls (``KeyedWaiter``),
 blocking work (``offload_for``, ``run_inline``),
 shutdown (``open_supervisor``, ``cleanup_scope``), children (``run_process``) and serving
-(``serve_asgi``). Test helpers live in ``nurseries.testing``.
+(``serve_asgi``, which guards every app with ``guard_unread_bodies``). Test helpers live in
+``nurseries.testing``.
 """
 
 from nurseries._cleanup import cleanup_scope
@@ -13,8 +14,10 @@ from nurseries._periodic import Periodic, Tick, periodic
 from nurseries._process import REAP_TIMEOUT, Limits, ProcessResult, run_process
 from nurseries._serve import (
     DEFAULT_BACKLOG,
+    DEFAULT_DRAIN_TIMEOUT,
     DEFAULT_GRACEFUL_TIMEOUT,
     DEFAULT_LIFESPAN_TIMEOUT,
+    DEFAULT_UNREAD_BODY_LIMIT,
     ASGIApp,
     make_config,
     serve_asgi,
@@ -34,6 +37,7 @@ from nurseries._supervise import (
     SupervisedService,
     supervise,
 )
+from nurseries._unread import guard_unread_bodies
 from nurseries._waiter import (
     KeyedWaiter,
     KeyedWaiterStatistics,
@@ -45,9 +49,11 @@ from nurseries._waiter import (
 
 __all__ = [
     "DEFAULT_BACKLOG",
+    "DEFAULT_DRAIN_TIMEOUT",
     "DEFAULT_GRACEFUL_TIMEOUT",
     "DEFAULT_LIFESPAN_TIMEOUT",
     "DEFAULT_SHUTDOWN_SIGNALS",
+    "DEFAULT_UNREAD_BODY_LIMIT",
     "REAP_TIMEOUT",
     "ASGIApp",
     "FixedClock",
@@ -73,6 +79,7 @@ __all__ = [
     "WaitResult",
     "WallClock",
     "cleanup_scope",
+    "guard_unread_bodies",
     "make_config",
     "offload_for",
     "open_supervisor",
