@@ -46,6 +46,7 @@ class FakeServer:
             if self.cancel_on_last and self.app_scope is not None:
                 self.app_scope.cancel()
             await trio.lowlevel.checkpoint()  # hypercorn's close: cancelled here, unshielded
+            await trio.testing.wait_all_tasks_blocked()  # ... and not instant: the queue flows
             self.closed = True
             if self.disconnect_after_last:
                 self.to_app.send_nowait({"type": "http.disconnect"})
