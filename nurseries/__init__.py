@@ -4,8 +4,8 @@ Services (``supervise``), retries (``retry``: exponential backoff with full jitt
 caller's deadline; its pure schedule ``next_delay``), time (``periodic``, the wall clocks),
 long polls (``KeyedWaiter``), blocking work (``offload_for``, ``run_inline``), shutdown
 (``open_supervisor``, ``cleanup_scope``), children (``run_process``, ``open_lifeline``) and
-serving (``serve_asgi``).
-Test helpers live in ``nurseries.testing``.
+serving (``serve_asgi``, which guards every app with ``guard_unread_bodies``). Test helpers
+live in ``nurseries.testing``.
 """
 
 from nurseries._backoff import DEFAULT_BACKOFF, Backoff, next_delay, parse_retry_after
@@ -24,8 +24,10 @@ from nurseries._process import REAP_TIMEOUT, Limits, ProcessResult, run_process
 from nurseries._retry import GaveUp, Transient, retry
 from nurseries._serve import (
     DEFAULT_BACKLOG,
+    DEFAULT_DRAIN_TIMEOUT,
     DEFAULT_GRACEFUL_TIMEOUT,
     DEFAULT_LIFESPAN_TIMEOUT,
+    DEFAULT_UNREAD_BODY_LIMIT,
     ASGIApp,
     make_config,
     serve_asgi,
@@ -45,6 +47,7 @@ from nurseries._supervise import (
     SupervisedService,
     supervise,
 )
+from nurseries._unread import guard_unread_bodies
 from nurseries._waiter import (
     KeyedWaiter,
     KeyedWaiterStatistics,
@@ -57,9 +60,11 @@ from nurseries._waiter import (
 __all__ = [
     "DEFAULT_BACKLOG",
     "DEFAULT_BACKOFF",
+    "DEFAULT_DRAIN_TIMEOUT",
     "DEFAULT_GRACEFUL_TIMEOUT",
     "DEFAULT_LIFESPAN_TIMEOUT",
     "DEFAULT_SHUTDOWN_SIGNALS",
+    "DEFAULT_UNREAD_BODY_LIMIT",
     "LIFELINE_ENV",
     "REAP_TIMEOUT",
     "ASGIApp",
@@ -90,6 +95,7 @@ __all__ = [
     "WaitResult",
     "WallClock",
     "cleanup_scope",
+    "guard_unread_bodies",
     "lifeline_from_env",
     "make_config",
     "next_delay",

@@ -18,6 +18,11 @@ and streams also wait on (they answer 503 with Retry-After), and that one event 
 The trio worker does not enforce ``keep_alive_timeout``, so an idle keep-alive connection holds
 shutdown for the whole ``graceful_timeout``: keep it small and close clients first.
 ``read_timeout`` stays unset (it would cut long polls).
+
+Every app is served through `guard_unread_bodies` (``nurseries._unread``): a response that
+starts before its request body ended drains the rest (at most ``unread_body_limit`` bytes) or
+closes the connection, so an early answer (401, 413, 503...) never hangs a keep-alive client
+nor leaves a socket in CLOSE-WAIT.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import cast
 
 import trio
 from hypercorn.config import Config, Sockets
@@ -33,19 +38,25 @@ from hypercorn.trio.run import worker_serve
 from hypercorn.typing import ASGIFramework
 from hypercorn.utils import wrap_app
 
+from nurseries._unread import (
+    DEFAULT_DRAIN_TIMEOUT,
+    DEFAULT_UNREAD_BODY_LIMIT,
+    ASGIApp,
+    guard_unread_bodies,
+)
+
 __all__ = [
     "DEFAULT_BACKLOG",
+    "DEFAULT_DRAIN_TIMEOUT",
     "DEFAULT_GRACEFUL_TIMEOUT",
     "DEFAULT_LIFESPAN_TIMEOUT",
+    "DEFAULT_UNREAD_BODY_LIMIT",
     "ASGIApp",
     "make_config",
     "serve_asgi",
 ]
 
 log = logging.getLogger(__name__)
-
-ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
-"""An ASGI 3 application: ``await app(scope, receive, send)``."""
 
 DEFAULT_GRACEFUL_TIMEOUT: float = 1.5
 """Seconds in-flight requests get after the shutdown trigger fires."""
@@ -99,6 +110,8 @@ async def serve_asgi(
     lifespan_timeout: float = DEFAULT_LIFESPAN_TIMEOUT,
     logger: logging.Logger | None = None,
     access_logger: logging.Logger | None = None,
+    unread_body_limit: int = DEFAULT_UNREAD_BODY_LIMIT,
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
 ) -> None:
     """Serve ``app`` over HTTP on ``host:port`` until shutdown or cancellation.
 
@@ -108,6 +121,9 @@ async def serve_asgi(
     in flight get ``graceful_timeout`` seconds, the lifespan shutdown runs (bounded by
     ``lifespan_timeout``) and this function returns. Cancellation stops everything at once.
     Address loopback as ``127.0.0.1``, never ``localhost`` (no DNS; see DESIGN.md section 8).
+    A response that starts before its request body ended first drains at most
+    ``unread_body_limit`` bytes of it within ``drain_timeout`` seconds, or says
+    ``Connection: close`` and closes (module doc).
     """
     config = make_config(
         host,
@@ -125,7 +141,14 @@ async def serve_asgi(
     sockets = Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[])
     with sock:
         await worker_serve(
-            wrap_app(cast(ASGIFramework, app), config.wsgi_max_body_size, "asgi"),
+            wrap_app(
+                cast(
+                    ASGIFramework,
+                    guard_unread_bodies(app, limit=unread_body_limit, timeout=drain_timeout),
+                ),
+                config.wsgi_max_body_size,
+                "asgi",
+            ),
             config,
             sockets=sockets,
             shutdown_trigger=shutdown_trigger,

@@ -3,9 +3,15 @@
 :func:`status` returns, at ``now_ms``::
 
     {"nodes": [{"id", "handle", "capabilities", "hardware", "jobs_done", "credits",
-                "compute_credits", "last_seen"}, ...],   # seen in the last online_ms, by id
+                "compute_credits", "last_seen"}, ...],   # one page of the online nodes, by id
+     "online_nodes": n, "next": "<id>" | null,           # all online nodes; the next cursor
      "challenges": {"<id>": {"capable_nodes": n}},       # every registry challenge
      "queued": n, "leased": n, "done_24h": n, "credit_per_job": c, "fallback_ms": ms}
+
+Only nodes seen in the last ``online_ms`` are listed, at most ``limit`` of them
+(:data:`PAGE_DEFAULT`, at most :data:`PAGE_MAX`), those whose id sorts after ``after``: ``next``
+is the ``after`` of the following page, null on the last one. Registering is keyless, so the
+online nodes are not bounded; a page is (about 200 bytes a node).
 
 ``capable_nodes`` counts online nodes that are not disabled whose capabilities hold the
 challenge's capability (and, for a timing challenge, whose hardware is its class). ``queued``
@@ -25,16 +31,29 @@ from hypertrain.compute.nodes import online_nodes
 from hypertrain.compute.rules import DAY_MS
 from hypertrain.scoring.registry import REGISTRY
 
-__all__ = ["status"]
+__all__ = ["PAGE_DEFAULT", "PAGE_MAX", "status"]
+
+PAGE_DEFAULT: Final = 100
+"""Nodes in one page of the status view when the caller names no ``limit``."""
+PAGE_MAX: Final = 500
+"""The largest ``limit`` a caller may ask for."""
 
 _OPEN: Final = "SELECT job_id FROM compute_jobs WHERE state IN ('queued', 'fallback')"
 
 
 def status(
-    conn: sqlite3.Connection, now_ms: int, *, settings: ComputeSettings = DEFAULT_SETTINGS
+    conn: sqlite3.Connection,
+    now_ms: int,
+    *,
+    settings: ComputeSettings = DEFAULT_SETTINGS,
+    after: str | None = None,
+    limit: int = PAGE_DEFAULT,
 ) -> dict[str, Any]:
-    """The public status JSON (module doc)."""
+    """The public status JSON, the page of nodes after ``after`` (module doc)."""
+    if not 1 <= limit <= PAGE_MAX:
+        raise ValueError(f"limit must be 1..{PAGE_MAX}, got {limit}")
     online = online_nodes(conn, now_ms - settings.online_ms)
+    rest = [n for n in online if after is None or n.node_id > after]
     capable = [
         eligible_challenges(n.capabilities, n.hardware) for n in online if not n.disabled(now_ms)
     ]
@@ -52,7 +71,9 @@ def status(
         (now_ms - DAY_MS,),
     ).fetchone()
     return {
-        "nodes": [n.status_json() for n in online],
+        "nodes": [n.status_json() for n in rest[:limit]],
+        "online_nodes": len(online),
+        "next": rest[limit - 1].node_id if len(rest) > limit else None,
         "challenges": challenges,
         "queued": counts.get("queued", 0),
         "leased": counts.get("leased", 0),

@@ -48,7 +48,12 @@ from hypertrain.coordinator.services.ledgerfeed import LedgerFeed
 from hypertrain.coordinator.settings import CoordinatorSettings
 from hypertrain.coordinator.tokens import TokenFiles
 from hypertrain.protocol.errors import KeyfileError, NotConfigured, ProtocolError
-from hypertrain.protocol.keys import Keypair, load_keypair
+from hypertrain.protocol.keys import (
+    Keypair,
+    PrivateFileKey,
+    load_keypair,
+    private_file_key,
+)
 from hypertrain.store import Database, ObjectStore
 from nurseries import WallClock, cleanup_scope
 
@@ -61,13 +66,6 @@ OBSERVERS_TIMEOUT: Final = 30.0
 
 BeaconObserver = Callable[[int], Awaitable[None]]
 """``await observer(D)`` after D, the latest ingested round, advanced."""
-
-_FileKey = tuple[int, int, int, int, int, int]
-
-
-def _file_key(st: os.stat_result) -> _FileKey:
-    # mode and uid too: a chmod that makes the key unsafe must be noticed at once.
-    return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_mode, st.st_uid)
 
 
 @attrs.define(eq=False)
@@ -92,7 +90,7 @@ class Coordinator:
     none (``get_weights`` then answers 503)."""
     compute: ComputeHub = attrs.field()
     """The compute network's settings and wake-ups (:mod:`.computehub`)."""
-    _key_cache: tuple[_FileKey, Keypair] | None = attrs.field(default=None, init=False)
+    _key_cache: tuple[PrivateFileKey, Keypair] | None = attrs.field(default=None, init=False)
     _ingest_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
     @classmethod
@@ -139,7 +137,7 @@ class Coordinator:
         if path is None:
             raise NotConfigured("K_coord not configured (HYPERTRAIN_COORD_KEY_FILE is unset)")
         try:
-            key = _file_key(os.stat(path, follow_symlinks=False))
+            key = private_file_key(os.stat(path, follow_symlinks=False))
         except OSError as e:
             self._key_cache = None
             raise NotConfigured(f"K_coord key file unreadable: {path}: {e.strerror}") from e

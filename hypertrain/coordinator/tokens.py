@@ -3,10 +3,17 @@
 Token files are named by the settings (``CHALLENGE_ADMIN_TOKEN_FILE`` ...) and re-read as the
 operator guide asks: a changed or removed file takes effect with the next request. Re-reading
 every request would cost throughput (DESIGN.md section 8), so :class:`TokenFiles` ``stat``s the
-file per request and re-reads it only when its ``(mtime_ns, size, inode)`` changed.
+file per request and re-reads it only when its identity, mode or owner changed
+(:func:`~hypertrain.protocol.keys.private_file_key`).
+
+A token file is a secret like K_coord and is read with the same check
+(:func:`~hypertrain.protocol.keys.read_private_file`): a regular file, not a symlink, owned by
+the daemon's user, without group or other permission bits (or a systemd credential). A file
+that fails it is refused as if unset, and the reason names the file and what is wrong.
 
 ========================================  ===============================================
 the route's token file unset/missing      :class:`NotConfigured` (503), naming the token
+the file unsafe (owner, mode, symlink)    :class:`NotConfigured` (503), naming the file
 no or malformed ``Authorization: Bearer``  :class:`AuthError` (401)
 wrong token                               :class:`AuthError` (401)
 ========================================  ===============================================
@@ -25,7 +32,8 @@ from pathlib import Path
 
 import attrs
 
-from hypertrain.protocol.errors import AuthError, NotConfigured
+from hypertrain.protocol.errors import AuthError, KeyfileError, NotConfigured
+from hypertrain.protocol.keys import PrivateFileKey, private_file_key, read_private_file
 from hypertrain.protocol.tokens import MAX_TOKEN_FILE_BYTES, token_in
 
 __all__ = ["MAX_TOKEN_FILE_BYTES", "TokenFiles", "TokenKind", "bearer_token"]
@@ -46,7 +54,7 @@ class TokenKind(enum.Enum):
 
 @attrs.frozen
 class _Cached:
-    key: tuple[int, int, int]
+    key: PrivateFileKey
     digest: bytes
 
 
@@ -75,26 +83,28 @@ class TokenFiles:
         if path is None:
             raise NotConfigured(f"{kind.value} token not configured ({kind.env} is unset)")
         try:
-            st = os.stat(path)
+            key = private_file_key(os.stat(path, follow_symlinks=False))
         except OSError as e:
             self._cache.pop(kind, None)
             raise NotConfigured(
                 f"{kind.value} token file unreadable ({kind.env}: {e.strerror})"
             ) from e
-        key = (st.st_mtime_ns, st.st_size, st.st_ino)
         cached = self._cache.get(kind)
         if cached is not None and cached.key == key:
             return cached.digest
-        cached = self._read(kind, path)
+        self._cache.pop(kind, None)
+        # The key was taken before the read: a file replaced in between is cached under the
+        # older key, which no longer matches, and is simply read again at the next request.
+        cached = _Cached(key, self._read(kind, path))
         self._cache[kind] = cached
         return cached.digest
 
-    def _read(self, kind: TokenKind, path: Path) -> _Cached:
+    def _read(self, kind: TokenKind, path: Path) -> bytes:
         self.reads += 1
         try:
-            with open(path, "rb") as f:
-                st = os.fstat(f.fileno())
-                data = f.read(MAX_TOKEN_FILE_BYTES + 1)
+            data = read_private_file(path, MAX_TOKEN_FILE_BYTES, f"{kind.value} token file")
+        except KeyfileError as e:
+            raise NotConfigured(f"{kind.value} token file refused ({kind.env}: {e})") from e
         except OSError as e:
             raise NotConfigured(
                 f"{kind.value} token file unreadable ({kind.env}: {e.strerror})"
@@ -105,9 +115,7 @@ class TokenFiles:
                 f"{kind.value} token file does not hold one token ({kind.env}: empty, "
                 f"too long or containing whitespace)"
             )
-        # The key comes from the open file, so a file replaced between stat and open is
-        # cached under its own identity and re-read on the next request.
-        return _Cached((st.st_mtime_ns, st.st_size, st.st_ino), hashlib.sha256(token).digest())
+        return hashlib.sha256(token).digest()
 
     def check(self, kind: TokenKind, presented: str | None) -> None:
         """Raise unless ``presented`` is the current token of ``kind`` (see the module doc)."""

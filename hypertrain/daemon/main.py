@@ -230,6 +230,7 @@ async def serve_daemon(
                     settings.port,
                     shutdown_trigger=http_stop.wait,
                     graceful_timeout=min(DEFAULT_GRACEFUL_TIMEOUT, settings.grace),
+                    unread_body_limit=config.body_limit,
                 ),
                 name="http",
             )

@@ -176,7 +176,8 @@ def _decoded(cls: type[T], status: int, body: Any) -> T:
 
 
 class NodeClient:
-    """Typed calls of the compute routes; ``base_url`` is the coordinator (no trailing slash).
+    """Typed calls of the compute routes; ``base_url`` is the coordinator (no trailing slash),
+    reached directly or through ``proxy`` alone (never a proxy named by the environment).
 
     Use as ``async with NodeClient(...) as client`` or call :meth:`aclose`.
     """
@@ -190,6 +191,7 @@ class NodeClient:
         backoff: Backoff = DEFAULT_BACKOFF,
         retry_budget: float = RETRY_BUDGET,
         jitter: Callable[[], float] = random.random,
+        proxy: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeouts = timeouts
@@ -197,8 +199,14 @@ class NodeClient:
         self.retry_budget = retry_budget
         self._jitter = jitter
         self._key: str | None = None
+        # The node's key must reach its coordinator and no one else: the environment's proxy
+        # variables (HTTP_PROXY, ALL_PROXY...) are ignored; only ``proxy`` (--proxy) is used.
         self._http = httpx.AsyncClient(
-            transport=transport, timeout=timeouts.httpx(), follow_redirects=False
+            transport=transport,
+            timeout=timeouts.httpx(),
+            follow_redirects=False,
+            trust_env=False,
+            proxy=proxy,
         )
 
     async def __aenter__(self) -> NodeClient:

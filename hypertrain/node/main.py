@@ -4,12 +4,16 @@
 
     hypertrain-node [--key ht_...] [--dir D] [--url U] [--once] [--json] [--handle H]
                     [--cache-max-mb MB]
+                    [--proxy URL]
 
 Scores other people's submissions for the coordinator at ``--url`` (>
 ``HYPERTRAIN_COORDINATOR_URL`` > ``http://127.0.0.1:8000``; https, or http to this machine
 only). The node directory is ``--dir`` > ``HYPERTRAIN_NODE_DIR`` > ``~/.hypertrain/node``; the
 first run mints a key and saves it in ``node.json`` there (mode 0600); ``--key`` attaches an
-existing key instead. ``--once`` takes one lease poll and exits. One line per event on stderr;
+existing key instead. The node's key goes to the coordinator and nowhere else: proxy
+environment variables (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``) are ignored, and
+``--proxy URL`` (http or https) is the only way to use one. ``--once`` takes one lease poll and
+exits. One line per event on stderr;
 ``--json`` prints ``{node_id, handle, jobs, posted, accepted, skipped, abandoned, last_job}``
 on stdout at exit. ``--cache-max-mb`` bounds the input cache in ``cache/`` of the node directory
 (default 2048; least recently used inputs are deleted above it, never one a running job uses).
@@ -28,6 +32,7 @@ import os
 import sys
 from collections.abc import Sequence
 from typing import Final
+from urllib.parse import urlsplit
 
 import trio
 
@@ -78,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dir", help="the node directory (default ~/.hypertrain/node)")
     parser.add_argument("--url", help="the coordinator (default http://127.0.0.1:8000)")
     parser.add_argument("--handle", help="the handle to register (default: the server picks)")
+    parser.add_argument(
+        "--proxy",
+        metavar="URL",
+        help="reach the coordinator through this HTTP proxy (proxy variables are ignored)",
+    )
     parser.add_argument("--once", action="store_true", help="one lease poll, then exit")
     parser.add_argument("--json", action="store_true", help="print a JSON summary at exit")
     parser.add_argument(
@@ -97,7 +107,7 @@ async def _probe() -> Probed:
 
 async def _serve(args: argparse.Namespace, url: str) -> tuple[int, NodeStatistics]:
     code = EXIT_OK
-    async with NodeClient(url) as client:
+    async with NodeClient(url, proxy=args.proxy) as client:
         runner = NodeRunner(
             client=client,
             directory=node_dir(args.dir, os.environ),
@@ -139,6 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         url = coordinator_url(args.url, os.environ)
         if args.handle is not None:
             check_handle(args.handle)
+        if args.proxy is not None:
+            proxy = urlsplit(args.proxy)
+            if proxy.scheme not in ("http", "https") or not proxy.hostname:
+                raise IdentityError(f"--proxy: not an http(s) proxy URL: {args.proxy!r}")
     except IdentityError as e:
         return _fail(str(e), EXIT_USAGE)
     except Malformed as e:

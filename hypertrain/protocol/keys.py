@@ -30,8 +30,10 @@ from hypertrain.protocol.ss58 import ss58_encode
 
 __all__ = [
     "Keypair",
+    "PrivateFileKey",
     "load_keypair",
     "load_seed",
+    "private_file_key",
     "read_private_file",
     "verify_signature",
     "write_seed_file",
@@ -91,13 +93,23 @@ def verify_signature(public_key: bytes, message: bytes, signature: bytes) -> boo
     return True
 
 
+PrivateFileKey = tuple[int, int, int, int, int, int]
+
+
+def private_file_key(st: os.stat_result) -> PrivateFileKey:
+    """What a cache of a private file's content must compare: its content's identity and, so
+    that a ``chmod`` or ``chown`` making it unsafe is noticed at once, its mode and owner."""
+    return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_mode, st.st_uid)
+
+
 def read_private_file(path: str | os.PathLike[str], limit: int, what: str = "key file") -> bytes:
     """The bytes of a file only its owner may read: a regular file (never through a symlink),
     owned by this user, with no group or other permission bits, at most ``limit`` bytes (or a
     systemd credential, module doc).
 
     :class:`FileNotFoundError` when it does not exist; :class:`KeyfileError` naming anything
-    else wrong. Seed files and the compute node's ``node.json`` are read with it.
+    else wrong. Seed files, the compute node's ``node.json`` and the coordinator's token files
+    are read with it.
     """
     path = Path(path)
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)

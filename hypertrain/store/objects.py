@@ -10,6 +10,10 @@
   verified, fsynced file is renamed into place (``os.replace``), then the directory is fsynced.
   On any failure or cancellation the temp file is removed and nothing is stored. Putting an
   existing object again is harmless (and replaces a corrupted copy with the verified one).
+- A put with ``private=True`` (a hidden scoring trace) writes its file with mode 0600 from the
+  first byte on, temp file included, so no other user of the machine can read it; putting it
+  again privately replaces a readable copy. :meth:`ObjectStore.make_private` restricts an
+  object stored before.
 - :meth:`ObjectStore.get` and :meth:`ObjectStore.open_read` verify the content hash: a corrupted
   file is reported as ``CorruptObject`` and its bytes are never returned (``open_read`` hashes
   the whole file before the first chunk is handed out, and again while streaming).
@@ -30,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import stat
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -55,6 +60,8 @@ READ_CHUNK_SIZE = 1 << 20
 """Bytes per chunk handed out by :class:`ObjectReader` and read while verifying."""
 
 _TMP = "tmp"
+_PRIVATE_MODE = 0o600
+_PUBLIC_MODE = 0o666  # less the umask, as open() creates files
 
 
 @attrs.frozen
@@ -158,13 +165,15 @@ class ObjectStore:
         expected_sha256: str | None,
         size_cap: int,
         expected_size: int | None = None,
+        private: bool = False,
     ) -> ObjectInfo:
         """Store the bytes of ``chunks`` under their sha256 and return what was stored.
 
         ``expected_sha256``/``expected_size`` are what the uploader declared (None: not
-        declared); ``size_cap`` is the most bytes accepted. When the put stops before the end of
-        ``chunks`` (refusal, error, cancellation) an async generator given as ``chunks`` is
-        closed (``aclose``) and the temp file is removed.
+        declared); ``size_cap`` is the most bytes accepted; ``private`` stores the file with
+        mode 0600 (module doc). When the put stops before the end of ``chunks`` (refusal,
+        error, cancellation) an async generator given as ``chunks`` is closed (``aclose``) and
+        the temp file is removed.
         """
         if expected_sha256 is not None:
             check_key(expected_sha256)
@@ -172,7 +181,7 @@ class ObjectStore:
         if expected_size is not None and expected_size > size_cap:
             self._failed += 1
             raise PayloadTooLarge(f"object of {expected_size} bytes is over the cap of {size_cap}")
-        temp = _TempFile.create(self._tmp)
+        temp = _TempFile.create(self._tmp, _PRIVATE_MODE if private else _PUBLIC_MODE)
         iterator = aiter(chunks)
         exhausted = False
         try:
@@ -215,7 +224,12 @@ class ObjectStore:
         return ObjectInfo(sha256=digest, size=size)
 
     async def put_bytes(
-        self, data: bytes, *, expected_sha256: str | None = None, size_cap: int | None = None
+        self,
+        data: bytes,
+        *,
+        expected_sha256: str | None = None,
+        size_cap: int | None = None,
+        private: bool = False,
     ) -> ObjectInfo:
         """:meth:`put_stream` for bytes in memory (cap defaults to ``len(data)``)."""
 
@@ -226,7 +240,18 @@ class ObjectStore:
             one_chunk(),
             expected_sha256=expected_sha256,
             size_cap=len(data) if size_cap is None else size_cap,
+            private=private,
         )
+
+    def make_private(self, sha256: str) -> None:
+        """Restrict the stored file of ``sha256`` to mode 0600 (``NotFound`` if absent)."""
+        path = self.path_of(sha256)
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+            if mode != _PRIVATE_MODE:
+                path.chmod(_PRIVATE_MODE)
+        except FileNotFoundError:
+            raise NotFound(f"object {sha256} not found") from None
 
     async def get(self, sha256: str) -> bytes:
         """The verified content of ``sha256``: ``NotFound`` if absent, ``CorruptObject`` if bad."""
@@ -304,9 +329,14 @@ class _TempFile:
     file: BinaryIO
 
     @classmethod
-    def create(cls, directory: Path) -> _TempFile:
+    def create(cls, directory: Path, mode: int) -> _TempFile:
         path = directory / f"{secrets.token_hex(16)}.part"
-        return cls(path, path.open("xb"))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+        try:
+            return cls(path, os.fdopen(fd, "wb"))
+        except BaseException:
+            os.close(fd)
+            raise
 
     def write(self, chunk: bytes) -> None:
         self.file.write(chunk)

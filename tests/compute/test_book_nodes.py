@@ -7,6 +7,7 @@ import json
 import pytest
 
 from hypertrain.compute import Node, authenticate, status
+from hypertrain.compute.status import PAGE_MAX
 from hypertrain.protocol.errors import AuthError, Conflict, Forbidden, Malformed
 from tests.compute.support import DAY, T0, Book, good
 
@@ -121,3 +122,27 @@ async def test_status_shows_counts_and_never_keys_or_holders(book: Book) -> None
     later = await book.db.read(lambda c: status(c, T0 + 5))
     assert (later["queued"], later["leased"], later["done_24h"]) == (2, 0, 1)
     assert (await book.db.read(lambda c: status(c, T0 + 4 + DAY)))["done_24h"] == 0
+
+
+async def test_status_lists_the_online_nodes_a_bounded_page_at_a_time(book: Book) -> None:
+    nodes = [(await book.node(now=T0))[0] for _ in range(7)]
+    for _ in range(3):
+        await book.node(now=T0 - 120_001)  # registered long ago, never seen since
+    ids = sorted(n.node_id for n in nodes)
+    pages: list[list[str]] = []
+    after: str | None = None
+    while True:
+        view = await book.db.read(lambda c, after=after: status(c, T0 + 1, after=after, limit=3))
+        pages.append([n["id"] for n in view["nodes"]])
+        assert view["online_nodes"] == 7
+        after = view["next"]
+        if after is None:
+            break
+        assert after == pages[-1][-1]
+    assert pages == [ids[0:3], ids[3:6], ids[6:7]]
+    whole = await book.db.read(lambda c: status(c, T0 + 1))  # the default page holds them all
+    assert ([n["id"] for n in whole["nodes"]], whole["next"]) == (ids, None)
+    assert whole["challenges"]["delta-loss"]["capable_nodes"] == 7  # counted over every page
+    for limit in (0, PAGE_MAX + 1):
+        with pytest.raises(ValueError, match="limit"):
+            await book.db.read(lambda c, limit=limit: status(c, T0 + 1, limit=limit))

@@ -139,6 +139,25 @@ def test_token_files_are_cached_until_they_change(tmp_path: Path) -> None:
     assert tokens.reads == 2
 
 
+def test_a_token_file_others_may_read_is_refused_until_it_is_private_again(
+    tmp_path: Path,
+) -> None:
+    path = write_secret(tmp_path / "t", "tok")
+    tokens = TokenFiles(admin=path)
+    tokens.check(TokenKind.ADMIN, "tok")
+    for mode in (0o644, 0o604, 0o660):
+        path.chmod(mode)
+        with pytest.raises(tokens_module.NotConfigured, match=f"mode 0{mode:o} lets others"):
+            tokens.check(TokenKind.ADMIN, "tok")  # refused although the token was cached
+    path.chmod(0o600)
+    tokens.check(TokenKind.ADMIN, "tok")
+    link = tmp_path / "link"
+    link.symlink_to(path)
+    refused = TokenFiles(worker=link).readable(TokenKind.WORKER)
+    assert refused is not None
+    assert refused.startswith("worker token file refused (CHALLENGE_WORKER_TOKEN_FILE: ")
+
+
 def test_empty_or_multi_word_token_file_is_not_configured(tmp_path: Path) -> None:
     for content in ("", "   \n", "two words"):
         tokens = TokenFiles(admin=write_secret(tmp_path / "t", content))

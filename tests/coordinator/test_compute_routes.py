@@ -134,6 +134,11 @@ async def test_register_mints_once_attaches_after_and_refuses_bad_input(
         extra = await client.post("/v1/compute/register", json={"capabilities": [], "x": 1})
         no_key = await client.post("/v1/compute/jobs/lease", json={})
         status = (await client.get("/v1/compute/status")).text
+        one = (await client.get("/v1/compute/status?limit=1")).json()
+        bad_args = [
+            (await client.get(f"/v1/compute/status?{query}")).json()["detail"]
+            for query in ("limit=0", "limit=501", "limit=1e3", "limit=" + "9" * 40, "after=")
+        ]
         page = await client.get("/compute")
     assert minted["key"].startswith("ht_")
     assert minted["handle"] == "alice"
@@ -144,6 +149,8 @@ async def test_register_mints_once_attaches_after_and_refuses_bad_input(
     assert no_key.status_code == 401
     assert minted["key"] not in status
     assert "alice" in status
+    assert (len(one["nodes"]), one["online_nodes"], one["next"]) == (1, 1, None)
+    assert all(d.startswith(("limit must be", "after must be")) for d in bad_args), bad_args
     assert page.status_code == 200
     assert "/v1/compute/status" in page.text
 

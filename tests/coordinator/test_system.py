@@ -132,3 +132,27 @@ async def test_coord_keypair_is_cached_by_file_identity(tmp_path: Path) -> None:
         h.secrets.coord_key.chmod(0o600)
         second = h.ctx.coord_keypair()
         assert second.public_key != first.public_key
+
+
+async def test_health_names_every_unsafe_token_file_and_why(tmp_path: Path) -> None:
+    link = tmp_path / "worker-link"
+    link.symlink_to(tmp_path / "secrets" / "worker_token")  # a worker token file of its own
+    async with open_harness(tmp_path, worker_token_file=link) as h:
+        h.secrets.worker.chmod(0o644)  # what the link points at is not the question
+        status, body = await _health(h)
+        assert status == 503
+        assert len(body["reasons"]) == 1
+        worker = body["reasons"][0]
+        assert worker.startswith("worker token file refused (CHALLENGE_WORKER_TOKEN_FILE: ")
+        assert "symlink" in worker
+    async with open_harness(tmp_path / "2") as h:
+        assert (await _health(h))[0] == 200
+        h.secrets.admin.chmod(0o640)  # noticed at once, although the token was cached
+        status, body = await _health(h)
+        assert status == 503
+        (admin,) = body["reasons"]
+        assert admin.startswith("admin token file refused (CHALLENGE_ADMIN_TOKEN_FILE: ")
+        assert f"{h.secrets.admin}: mode 0640" in admin
+        assert "chmod 600" in admin
+        h.secrets.admin.chmod(0o600)
+        assert (await _health(h))[0] == 200

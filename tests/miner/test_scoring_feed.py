@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +89,13 @@ async def test_uploaded_deltas_are_scored_by_the_fallback_when_no_node_is_online
         hidden = jobs[0]["inputs"]["trace.u16"] if jobs[0]["step"] == "hidden" else None
         assert hidden is not None
         public = jobs[1]["inputs"]["trace.u16"]
+        hidden_mode = stat.S_IMODE(objects.path_of(hidden).stat().st_mode)
         worker = {"Authorization": f"Bearer {WORKER_TOKEN}"}
         as_worker = await client.get(f"/v1/objects/{hidden}", headers=worker)
         as_admin = await client.get(f"/v1/objects/{hidden}", headers=admin_headers())
         public_as_worker = await client.get(f"/v1/objects/{public}", headers=worker)
 
+    assert hidden_mode == 0o600  # like its holdout source: no other user reads it
     dataset = load_record(DatasetManifest, data_dir / "manifest.json")
     row_bytes = 2 * (dataset.seq_len + 1)
     shard0 = (data_dir / "shard-00000.u16").read_bytes()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import stat
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
@@ -308,3 +309,32 @@ def test_open_without_clean_tmp_leaves_another_writers_temp_files(tmp_path: Path
     store = ObjectStore.open(root, clean_tmp=False)
     assert in_flight.exists()
     assert store.statistics().temp_files_cleaned == 0
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+async def test_a_private_object_is_never_readable_by_others(objects: ObjectStore) -> None:
+    secret, public = b"hidden trace", b"public trace"
+    temp_modes: list[int] = []
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield secret[:3]
+        temp_modes.extend(_mode(p) for p in (objects.root / "tmp").iterdir())
+        yield secret[3:]
+
+    info = await objects.put_stream(chunks(), expected_sha256=None, size_cap=100, private=True)
+    assert temp_modes == [0o600]  # from the first byte on
+    assert _mode(objects.path_of(info.sha256)) == 0o600
+    # A copy stored readable (by an older version) is replaced by a private put ...
+    objects.path_of(info.sha256).chmod(0o644)
+    await objects.put_bytes(secret, private=True)
+    assert _mode(objects.path_of(info.sha256)) == 0o600
+    # ... or restricted in place.
+    other = await objects.put_bytes(public)
+    objects.path_of(other.sha256).chmod(0o644)
+    objects.make_private(other.sha256)
+    assert _mode(objects.path_of(other.sha256)) == 0o600
+    with pytest.raises(NotFound):
+        objects.make_private("0" * 64)

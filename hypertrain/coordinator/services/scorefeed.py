@@ -9,7 +9,8 @@ section 6) twice, as one job each (two copies):
   the registered dataset's first shard in the object store);
 - step ``hidden``: the first ``trace_samples`` samples of the holdout, read from the operator's
   private ``holdout_dir`` (verified against the run's registered dataset and its commitment);
-  stored as a *private* object, served only to nodes that hold a lease on a job that needs it.
+  stored as a *private* object (file mode 0600 in the object store, also for a trace an older
+  version stored readable), served only to nodes that hold a lease on a job that needs it.
   Without ``holdout_dir`` only the public step is enqueued.
 
 The job inputs are ``model.json`` (the manifest's ``model`` section, canonical JSON),
@@ -47,6 +48,7 @@ from hypertrain.coordinator.flows.heldout import read_holdout
 from hypertrain.coordinator.flows.scoring import BATCH, enqueue_scoring, run_scoring_facts
 from hypertrain.coordinator.tables.miners import get_round_state
 from hypertrain.coordinator.tables.scoring import (
+    PRIVATE_KINDS,
     Kind,
     Upload,
     UploadKey,
@@ -111,7 +113,7 @@ class ScoreFeed:
                 await self.ctx.beacon.wait_round(target)
 
     async def _store(self, run_id: str, kind: Kind, data: bytes) -> tuple[str, int]:
-        info = await self.ctx.objects.put_bytes(data)
+        info = await self.ctx.objects.put_bytes(data, private=kind in PRIVATE_KINDS)
         await self.ctx.db.write(put_input, run_id, kind, info, int(self.ctx.wall.now()))
         return info.sha256, info.size
 
@@ -119,6 +121,8 @@ class ScoreFeed:
         """The run's ``kind`` object, built on first use (module doc); None when it cannot be."""
         found = await self.ctx.db.read(get_input, run_id, kind)
         if found is not None:
+            if kind in PRIVATE_KINDS:  # stored world-readable by an older version
+                self.ctx.objects.make_private(found[0])
             return found
         manifest, dataset_sha = await self.ctx.db.read(run_scoring_facts, run_id)
         if kind == "model":

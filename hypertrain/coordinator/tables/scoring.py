@@ -24,6 +24,7 @@ from hypertrain.store.catalog import record_object
 from hypertrain.store.keys import ObjectInfo
 
 __all__ = [
+    "PRIVATE_KINDS",
     "Kind",
     "Upload",
     "UploadKey",
@@ -38,6 +39,8 @@ __all__ = [
 
 Kind = Literal["model", "public", "hidden"]
 """The shared inputs of a run's scoring steps."""
+PRIVATE_KINDS: Final[frozenset[Kind]] = frozenset({"hidden"})
+"""The inputs that are private objects: served to the admin and leasing nodes only, stored 0600."""
 
 UploadKey = tuple[str, int, str]
 """``(run_id, w, hotkey)``: the outbox's order."""
@@ -59,7 +62,7 @@ def put_input(
 ) -> None:
     """Record the run's ``kind`` input (and the object in the catalog); the first one stays."""
     record_object(conn, info, now)
-    if kind == "hidden":
+    if kind in PRIVATE_KINDS:
         mark_private(conn, info.sha256, f"hidden trace of run {run_id}")
     conn.execute(
         "INSERT INTO scoring_inputs (run_id, kind, sha256, size) VALUES (?, ?, ?, ?)"

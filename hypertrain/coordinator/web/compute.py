@@ -5,7 +5,7 @@
 ``POST /v1/compute/jobs/lease``                node key; long poll (<= 25 s) for one copy
 ``GET /v1/compute/jobs/{id}/inputs/{name}``    node key + ``X-HT-Lease``; one input's bytes
 ``POST /v1/compute/jobs/{id}/result``          node key; the copy's answer (<= 64 KiB)
-``GET /v1/compute/status``                     public live view
+``GET /v1/compute/status``                     public live view (``?limit=&after=``, paged)
 ``GET /v1/compute/steps/{job}``                public: one scoring step's state and result
 ``GET /compute``                               the live view as an HTML page
 ``POST /v1/admin/compute/benchmark``           admin: measure the nodes' hardware
@@ -38,6 +38,11 @@ nothing. Every route hands the events of its transaction to
 :meth:`~hypertrain.coordinator.computehub.ComputeHub.publish`, which sends them on
 ``/v1/events`` as kind ``compute`` and wakes the waiters they concern.
 
+Status: the online nodes only, one page at a time (:mod:`hypertrain.compute.status`):
+``limit`` 1..:data:`~hypertrain.compute.status.PAGE_MAX` (default
+:data:`~hypertrain.compute.status.PAGE_DEFAULT`), ``after`` the ``next`` of the previous page (at
+most 64 characters); anything else is 400 naming the parameter.
+
 Benchmark (admin, ``{run_id?}``; default the only running run): one ``step-throughput`` step
 (tokens per second of reference training steps of the run's model, from its newest round's
 start state on its public trace) for the nodes of its hardware class (``cpu-generic``); two
@@ -67,6 +72,7 @@ from hypertrain.compute import (
     status,
     trace_event,
 )
+from hypertrain.compute.status import PAGE_DEFAULT, PAGE_MAX
 from hypertrain.compute.wire import (
     BODY_LIMIT,
     LEASE_HEADER,
@@ -93,7 +99,7 @@ from hypertrain.coordinator.web.http import (
     stopping_response,
 )
 from hypertrain.protocol.converter import structure, unstructure
-from hypertrain.protocol.errors import AuthError, Conflict
+from hypertrain.protocol.errors import AuthError, Conflict, Malformed
 from hypertrain.protocol.jcs import parse_json
 from hypertrain.scoring.registry import STEP_THROUGHPUT
 from nurseries import Notified, Stopping
@@ -112,6 +118,19 @@ def _now_ms(ctx: Coordinator) -> int:
 
 async def _json() -> object:
     return parse_json(await read_body(BODY_LIMIT))
+
+
+def _status_page_args() -> tuple[str | None, int]:
+    """``(after, limit)`` of the status query (module doc; 400 naming the parameter)."""
+    after = request.args.get("after")
+    if after is not None and not 0 < len(after) <= 64:
+        raise Malformed("after must be a node id of 1 to 64 characters")
+    raw = request.args.get("limit")
+    if raw is None:
+        return after, PAGE_DEFAULT
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 4) or not 1 <= int(raw) <= PAGE_MAX:
+        raise Malformed(f"limit must be an integer from 1 to {PAGE_MAX}, got {raw!r:.40}")
+    return after, int(raw)
 
 
 def _page() -> str:
@@ -243,7 +262,10 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         return json_response(await ctx.db.read(job_view, job_id))
 
     async def get_status() -> Response:
-        view = await ctx.db.read(partial(status, settings=hub.settings), _now_ms(ctx))
+        after, limit = _status_page_args()
+        view = await ctx.db.read(
+            partial(status, settings=hub.settings, after=after, limit=limit), _now_ms(ctx)
+        )
         return json_response(view)
 
     async def get_page() -> Response:

@@ -21,9 +21,9 @@ Uploads: the grant (from ``POST .../uploads``) names the object's sha256 and siz
 404, expired (``D >= d_upload``) 409. The body is streamed into
 :meth:`~hypertrain.store.ObjectStore.put_stream` with both declared, so a wrong hash or size is
 422 (a longer body too) and stores nothing; an object already stored answers 200 without
-reading the body. These bodies are megabytes: this module defines the request class
-(:class:`UploadAwareRequest`, installed by ``create_app``) that
-lifts the app's 1 MiB ``MAX_CONTENT_LENGTH`` to
+reading the body (``serve_asgi`` drains it or closes the connection). These bodies are
+megabytes: this module defines the request class (:class:`UploadAwareRequest`, installed by
+``create_app``) that lifts the app's 1 MiB ``MAX_CONTENT_LENGTH`` to
 :data:`~hypertrain.coordinator.flows.miner.MAX_UPLOAD_BYTES` for paths under ``/v1/uploads/``
 and ``/v1/aggregator/objects/`` only (for a grant, its exact size is the real bound).
 
@@ -147,27 +147,13 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                     f"object is longer than the committed delta_bytes {grant.size}"
                 ) from None
             await ctx.db.write(record_object, info, int(ctx.wall.now()))
-        else:
-            await drain(grant.size)  # already stored (a retried upload)
         return json_response({"sha256": grant.sha256, "size": grant.size})
-
-    async def drain(limit: int) -> None:
-        # Read what the client sends before answering, or a client busy sending can stall on
-        # a half-read connection.
-        with trio.move_on_after(UPLOAD_TIMEOUT):
-            received = 0
-            async for chunk in request.body:
-                received += len(chunk)
-                if received > limit:
-                    break
 
     async def put_admin_object(sha256: str) -> Response:
         check_key(sha256)
         require_admin(ctx)
         if ctx.objects.exists(sha256):
-            size = ctx.objects.size_of(sha256)
-            await drain(size)
-            return json_response({"sha256": sha256, "size": size})
+            return json_response({"sha256": sha256, "size": ctx.objects.size_of(sha256)})
         try:
             with trio.fail_after(UPLOAD_TIMEOUT):
                 info = await ctx.objects.put_stream(

@@ -4,7 +4,10 @@
 ``{"detail": ..., "reasons": [...]}`` naming every one that failed:
 
 - the database is writable: a real write in a transaction (``meta`` key ``health_checked_at``);
-- the internal token file is readable (the Cortex master needs it for ``get_weights``);
+- the internal token file is readable (the Cortex master needs it for ``get_weights``), and so
+  is each admin or worker token file that is configured: a token file that is not the daemon
+  user's alone (owner, mode, symlink; :mod:`hypertrain.coordinator.tokens`) is refused, and the
+  reason names the file and why;
 - K_coord loads from ``HYPERTRAIN_COORD_KEY_FILE`` (safe mode and owner, 32-byte seed);
 - the ledger journal is open (the daemon opens it at start, or refuses to start).
 
@@ -47,9 +50,11 @@ async def health_reasons(ctx: Coordinator) -> list[str]:
         await ctx.db.write(touch_health, int(ctx.wall.now()))
     except Exception as e:  # any failure to write is the answer, not a crash
         reasons.append(f"database not writable: {type(e).__name__}: {e}")
-    token = ctx.tokens.readable(TokenKind.INTERNAL)
-    if token is not None:
-        reasons.append(token)
+    for kind in TokenKind:
+        if kind is TokenKind.INTERNAL or ctx.tokens.path(kind) is not None:
+            problem = ctx.tokens.readable(kind)
+            if problem is not None:
+                reasons.append(problem)
     try:
         ctx.coord_keypair()
     except NotConfigured as e:
