@@ -13,19 +13,9 @@ import trio
 from hypertrain.node.client import NodeClient
 from hypertrain.node.main import main
 from nurseries import serve_asgi
+from tests.node.test_client import REGISTERED
 
 DEADLINE = 15.0  # real seconds
-REGISTERED = {
-    "id": "n1",
-    "handle": "node-1",
-    "capabilities": ["delta-loss"],
-    "hardware": "cpu-generic",
-    "jobs_done": 0,
-    "credits": 0,
-    "compute_credits": 0,
-    "last_seen": 0,
-    "node_id": "n1",
-}
 
 
 class Recorder:
