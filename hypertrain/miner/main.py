@@ -3,7 +3,7 @@
 ::
 
     hypertrain-miner join --api URL --run-id ID --keyfile F [--hardware JSON]
-    hypertrain-miner run --config miner.toml [--rounds N] [--start W]
+    hypertrain-miner run --config miner.toml [--rounds N] [--start W] [--start-wait S]
                          [--honeypot honest|fabricate|last_step|noise]
 
 ``join`` prints ``{run_id, hotkey, hardware, sig}`` (sig: ed25519 over
@@ -11,10 +11,11 @@
 miner with ``PUT /v1/admin/runs/{id}/roster/{hotkey}`` (no public join route in contract v1).
 
 ``run`` prints one progress line per phase on stderr and a JSON summary on stdout. Exit status:
-0 every asked round reached UPLOADED; 1 otherwise (skipped, aborted, excluded, failed, a network
-failure or a 5xx answer, or interrupted by SIGINT/SIGTERM/SIGHUP); 2 a config, key, dataset,
-determinism or protocol error (one line on stderr, no traceback). The error tree and the exit
-status of each error are :mod:`hypertrain.miner.errors`'. Torch is imported only once the manifest's
+0 every asked round reached UPLOADED; 1 otherwise (skipped, aborted, excluded, failed, the
+daemon unreachable or answering 5xx through ``--start-wait`` seconds at the start, or
+interrupted by SIGINT/SIGTERM/SIGHUP); 2 a config, key, dataset, determinism or protocol error
+(one line on stderr, no traceback). The error tree and the exit status of each error are
+:mod:`hypertrain.miner.errors`'. Torch is imported only once the manifest's
 ``reference_spec.env`` is applied.
 
 Test only: with ``HYPERTRAIN_TEST_MINER_PAUSE_AT=POINT`` in the environment, ``run`` writes
@@ -38,6 +39,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+import attrs
 import httpx
 import trio
 
@@ -53,7 +55,7 @@ from hypertrain.miner.config import load_config
 from hypertrain.miner.errors import ApiError, ConfigError, MinerFatal
 from hypertrain.miner.faults import TEST_FAULT_ENV, faults_from_env
 from hypertrain.miner.honeypot import HoneypotMode
-from hypertrain.miner.round import Hook
+from hypertrain.miner.round import DEFAULT_SETTINGS, Hook
 from hypertrain.miner.session import Summary, run_miner
 from hypertrain.protocol.errors import HypertrainError, KeyfileError
 from hypertrain.protocol.hashes import join_request_bytes
@@ -71,6 +73,8 @@ __all__ = [
 ]
 
 SHUTDOWN_GRACE_SECONDS: Final = 10.0
+MAX_START_WAIT: Final = 86400.0
+"""The longest ``--start-wait`` (a day)."""
 """After SIGINT/SIGTERM/SIGHUP, how long the current HTTP call may finish before it is cancelled."""
 TEST_PAUSE_ENV: Final = "HYPERTRAIN_TEST_MINER_PAUSE_AT"
 TEST_PAUSE_SECONDS: Final = 60.0
@@ -101,6 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
         choices=[m.value for m in HoneypotMode],
         default=HoneypotMode.HONEST.value,
         help="operator honeypot mode (spec 6.5); miners leave it at honest",
+    )
+    run.add_argument(
+        "--start-wait",
+        type=float,
+        default=DEFAULT_SETTINGS.start_wait_seconds,
+        metavar="S",
+        help="seconds to keep trying to reach the daemon at the start"
+        f" (default {DEFAULT_SETTINGS.start_wait_seconds:g})",
     )
     return parser
 
@@ -154,6 +166,8 @@ async def _run_supervised(kwargs: dict[str, Any]) -> Summary | None:
 def _run(args: argparse.Namespace) -> int:
     if args.rounds < 1 or (args.start is not None and args.start < 0):
         return _fail("--rounds must be >= 1 and --start >= 0", EXIT_USAGE)
+    if not 0 <= args.start_wait <= MAX_START_WAIT:
+        return _fail(f"--start-wait must be in [0, {MAX_START_WAIT:g}] seconds", EXIT_USAGE)
     try:
         config = load_config(args.config)
         keypair = load_keypair(config.keyfile)
@@ -178,6 +192,7 @@ def _run(args: argparse.Namespace) -> int:
         "mode": HoneypotMode(args.honeypot),
         "hook": pause_hook_from_env(os.environ),
         "faults": faults,
+        "settings": attrs.evolve(DEFAULT_SETTINGS, start_wait_seconds=args.start_wait),
     }
     try:
         summary = trio.run(_run_supervised, kwargs)

@@ -123,6 +123,9 @@ class RoundOutcome:
 class RoundSettings:
     """Named bounds of the round loop (seconds)."""
 
+    start_wait_seconds: float = 120.0
+    """How long the miner retries reaching the daemon at its start (network errors and 5xx,
+    as every phase does) before it exits 1: a miner started while the daemon restarts waits."""
     open_wait_seconds: float = 3600.0
     """How long to wait for round ``w`` to be opened at all (the view answering 404)."""
     stall_grace_seconds: float = 120.0

@@ -40,6 +40,7 @@ becomes one too.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -50,6 +51,7 @@ import trio
 from hypertrain.datasets.errors import DatasetError
 from hypertrain.datasets.manifest import MANIFEST_FILE, DatasetManifest, load_record
 from hypertrain.datasets.reader import Dataset
+from hypertrain.miner.answers import RunInfo
 from hypertrain.miner.artifacts import prune
 from hypertrain.miner.auditserve import AuditServer, Served
 from hypertrain.miner.client import CoordinatorClient
@@ -69,6 +71,7 @@ from hypertrain.miner.round import (
     RoundRunner,
     RoundSettings,
     RoundStatus,
+    transient,
 )
 from hypertrain.miner.startstate import StartStateSource
 from hypertrain.protocol.converter import unstructure
@@ -77,7 +80,7 @@ from hypertrain.protocol.errors import HypertrainError
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import ReferenceEnv, RunManifest
 from hypertrain.trainer.errors import TrainerError
-from nurseries import RunSync
+from nurseries import GaveUp, RunSync, retry
 
 __all__ = ["Summary", "check_dataset", "run_miner"]
 
@@ -121,6 +124,28 @@ async def resolve_run(client: CoordinatorClient, run_id: str | None) -> str:
     if len(runs) != 1:
         raise MinerFatal(f"the API lists {len(runs)} runs; set run_id in the config")
     return runs[0].run_id
+
+
+async def _reach(
+    client: CoordinatorClient, run_id: str | None, settings: RoundSettings
+) -> tuple[str, RunInfo]:
+    """The run's id and view, retried as every phase retries (:func:`transient`) for
+    ``settings.start_wait_seconds``; the last failure itself when the daemon stays away."""
+    deadline = trio.current_time() + settings.start_wait_seconds
+
+    async def reach() -> tuple[str, RunInfo]:
+        found = await resolve_run(client, run_id)
+        return found, await client.get_run(found)
+
+    try:
+        return await retry(
+            reach, deadline=deadline, transient=transient, backoff=settings.backoff,
+            draw=random.random,
+        )  # fmt: skip
+    except GaveUp as e:
+        if isinstance(e.__cause__, Exception):  # the last failure: what the exit line names
+            raise e.__cause__ from None
+        raise
 
 
 def verify_manifest(envelope: Mapping[str, Any], run_id: str, owner: str | None) -> RunManifest:
@@ -221,8 +246,7 @@ async def run_miner(
     progress = progress or Progress()
     client = CoordinatorClient(config.api, transport=transport)
     try:
-        run_id = await resolve_run(client, config.run_id)
-        run = await client.get_run(run_id)
+        run_id, run = await _reach(client, config.run_id, settings)
         manifest = verify_manifest(run.manifest_envelope, run_id, config.owner_hotkey)
         try:
             configure(manifest.reference_spec.env)

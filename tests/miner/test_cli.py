@@ -70,8 +70,10 @@ def test_run_unreachable_api_exits_1(tmp_path: Path, capsys: pytest.CaptureFixtu
         f'api = "http://127.0.0.1:1"\nkeyfile = "{path}"\nworkdir = "w"\ndata_dir = "d"\n',
         encoding="utf-8",
     )
-    assert main(["run", "--config", str(conf)]) == 1
+    assert main(["run", "--config", str(conf), "--start-wait", "0"]) == 1
     assert capsys.readouterr().err.count("\n") == 1
+    assert main(["run", "--config", str(conf), "--start-wait", "-1"]) == 2
+    assert "--start-wait" in capsys.readouterr().err
 
 
 def test_classify_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,7 +18,7 @@ import trio
 import trio.testing
 
 from hypertrain.miner.progress import Progress
-from hypertrain.miner.round import RoundStatus
+from hypertrain.miner.round import DEFAULT_SETTINGS, RoundStatus
 from hypertrain.miner.session import run_miner
 from hypertrain.protocol.manifest import RunManifest
 from tests.miner.test_against_the_daemon import (
@@ -104,3 +104,62 @@ async def test_a_miner_commits_and_uploads_every_round_through_an_outage_in_each
     expected = {f"{p}:{w}" for p in ("accept", *PHASES) for w in range(ROUNDS)}
     expected.discard(f"manifest_posted:{ROUNDS - 1}")
     assert set(outages.refused) == expected, outages.refused
+
+
+async def test_a_miner_started_during_an_outage_waits_for_the_daemon(
+    tmp_path: Path,
+    data_dir: Path,
+    run_manifest: RunManifest,
+    configured: None,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Its first calls (the run's view) retry for ``start_wait_seconds``, then it mines."""
+    key = MINERS[0]
+    async with (
+        _daemon(tmp_path) as (_handle, transport),
+        httpx.AsyncClient(transport=transport, base_url=API) as client,
+    ):
+        await _launch(client, run_manifest)
+        outages = Outages(transport)
+        outages.start("start")
+        with trio.fail_after(ROUND_TIMEOUT):
+            summary = await run_miner(
+                _config(tmp_path, key, data_dir),
+                key,
+                rounds=1,
+                start=0,
+                transport=outages,
+                progress=Progress(io.StringIO()),
+                configure=lambda env: None,
+            )
+    assert [r.status for r in summary.rounds] == [RoundStatus.UPLOADED]
+    assert outages.refused["start"] >= 1
+
+
+async def test_a_miner_whose_daemon_stays_away_gives_up_with_the_last_failure(
+    tmp_path: Path, data_dir: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    class Down(httpx.AsyncBaseTransport):
+        tries = 0
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            Down.tries += 1
+            raise httpx.ConnectError("all attempts to connect failed", request=request)
+
+    key = MINERS[0]
+    start = trio.current_time()
+    with trio.fail_after(DEFAULT_SETTINGS.start_wait_seconds + 60):
+        try:
+            await run_miner(
+                _config(tmp_path, key, data_dir),
+                key,
+                transport=Down(),
+                progress=Progress(io.StringIO()),
+                configure=lambda env: None,
+            )
+        except httpx.ConnectError:
+            pass
+        else:  # pragma: no cover - the assertion below says what went wrong
+            raise AssertionError("the miner did not give up")
+    assert trio.current_time() - start == DEFAULT_SETTINGS.start_wait_seconds
+    assert Down.tries > 2
