@@ -54,6 +54,7 @@ from hypertrain.protocol.validators import (
     LABEL_MAX,
     Check,
     FieldError,
+    Validator,
     hex64,
     instance_of,
     is_label,
@@ -82,6 +83,7 @@ __all__ = [
     "SignedCheckpoint",
     "Status",
     "build_checkpoint",
+    "file_hashes",
     "included_of",
     "lineage_bytes",
     "manifest_bytes",
@@ -124,11 +126,18 @@ def _rounds(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
         raise FieldError(attribute.name, "must be [w_start, w_end] with 0 <= w_start <= w_end")
 
 
-def _files(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, dict) or sorted(value) != list(HASHED_FILES):
-        raise FieldError(attribute.name, f"must name exactly {', '.join(HASHED_FILES)}")
-    for name, digest in value.items():
-        hex64.check(f"{attribute.name}.{name}", digest)
+def file_hashes(names: Sequence[str]) -> Validator:
+    """A ``{name: sha256}`` dict naming exactly ``names`` (the manifest's ``files``, and the
+    daemon's listing of a checkpoint, which names all three)."""
+    wanted = sorted(names)
+
+    def validate(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if not isinstance(value, dict) or sorted(value) != wanted:
+            raise FieldError(attribute.name, f"must name exactly {', '.join(wanted)}")
+        for name, digest in value.items():
+            hex64.check(f"{attribute.name}.{name}", digest)
+
+    return validate
 
 
 def _no_regional(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -158,7 +167,7 @@ class CheckpointBody:
     included: tuple[str, ...] = field(validator=list_of(ss58, strictly_sorted=True))
     license: str = field(validator=label)
     dataset: DatasetInfo = field(validator=instance_of(DatasetInfo))
-    files: dict[str, str] = field(validator=_files)
+    files: dict[str, str] = field(validator=file_hashes(HASHED_FILES))
 
 
 @frozen

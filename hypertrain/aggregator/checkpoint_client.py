@@ -42,6 +42,7 @@ from hypertrain.aggregator.checkpoint import (
     HASHED_FILES,
     MANIFEST_FILE,
     Status,
+    file_hashes,
     parse_manifest,
 )
 from hypertrain.aggregator.remote_client import (
@@ -84,13 +85,6 @@ class CheckpointMismatch(RemoteError):
     """The daemon's listing or a downloaded file is not what it should be."""
 
 
-def _files(_inst: object, attribute: Any, value: Any) -> None:
-    if not isinstance(value, dict) or sorted(value) != sorted(FILES):
-        raise FieldError(attribute.name, f"must name exactly {', '.join(FILES)}")
-    for name, digest in value.items():
-        hex64.check(f"{attribute.name}.{name}", digest)
-
-
 @frozen
 class Entry:
     """One checkpoint of the listing."""
@@ -99,7 +93,7 @@ class Entry:
     rounds: tuple[int, ...] = field(validator=list_of(u_int))
     status: Status = field(validator=one_of_literal(Status))
     theta_hash: str = field(validator=hex64)
-    files: dict[str, str] = field(validator=_files)
+    files: dict[str, str] = field(validator=file_hashes(FILES))
     written_round: int = field(validator=u_int)
     """D when the daemon wrote it (a provisional one is rewritten after a rollback)."""
 

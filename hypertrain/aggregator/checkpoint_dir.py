@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from hypertrain.aggregator.checkpoint import FILES
+from hypertrain.store.objects import fsync_dir
 
 __all__ = ["checkpoint_dir", "write_checkpoint_dir"]
 
@@ -38,14 +39,6 @@ def _place(source: Path, target: Path) -> None:
             os.fsync(f.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_checkpoint_dir(target: Path, files: Mapping[str, Path]) -> None:
     """Make ``target`` hold exactly ``files`` (name -> stored file), swapped in whole."""
     if sorted(files) != sorted(FILES):
@@ -56,13 +49,13 @@ def write_checkpoint_dir(target: Path, files: Mapping[str, Path]) -> None:
     try:
         for name, source in files.items():
             _place(source, fresh / name)
-        _fsync_dir(fresh)
+        fsync_dir(fresh)
         old = None
         if target.exists():
             old = target.parent / f".{target.name}.old-{secrets.token_hex(4)}"
             target.rename(old)
         fresh.rename(target)
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
     except BaseException:
         shutil.rmtree(fresh, ignore_errors=True)
         raise

@@ -54,6 +54,7 @@ __all__ = [
     "ObjectStore",
     "ObjectStoreStatistics",
     "check_key",
+    "fsync_dir",
 ]
 
 READ_CHUNK_SIZE = 1 << 20
@@ -133,7 +134,7 @@ class ObjectStore:
             leftover.unlink(missing_ok=True)
             cleaned += 1
         if cleaned:
-            _fsync_dir(tmp)
+            fsync_dir(tmp)
         return cls(root, offload_fsync=offload_fsync, temp_files_cleaned=cleaned)
 
     @property
@@ -316,9 +317,9 @@ class ObjectStore:
     async def _fsync_dirs(self, dirs: list[Path]) -> None:
         for directory in dirs:
             if self._offload_fsync:
-                await trio.to_thread.run_sync(_fsync_dir, directory)
+                await trio.to_thread.run_sync(fsync_dir, directory)
             else:
-                _fsync_dir(directory)
+                fsync_dir(directory)
 
 
 @attrs.define
@@ -366,7 +367,7 @@ def _open_for_reading(path: Path) -> BinaryIO:
     return path.open("rb")
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
     """Make the entries of ``directory`` (creations, renames, removals) durable."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
