@@ -46,6 +46,7 @@ import trio
 from hypertrain.compute.wire import InputFile
 from hypertrain.node.errors import InputMismatch
 from hypertrain.protocol.errors import PayloadTooLarge
+from hypertrain.protocol.validators import is_hex64
 from hypertrain.scoring.inputs import check_input_name
 from hypertrain.store.errors import ContentMismatch
 from hypertrain.store.objects import ObjectStore
@@ -98,12 +99,17 @@ class InputCache:
             if entry.is_file():  # the old flat layout and its ".<sha>.<pid>.tmp" temp files
                 entry.unlink(missing_ok=True)
         store = ObjectStore.open(directory)
-        found: list[tuple[int, str]] = []
+        found: list[tuple[int, str, int]] = []
         for shard in directory.iterdir():
             if shard.is_dir() and shard.name != "tmp":
-                found.extend((path.stat().st_mtime_ns, path.name) for path in shard.iterdir())
-        for _, sha256 in sorted(found):
-            self._lru[sha256] = store.size_of(sha256)
+                for path in shard.iterdir():
+                    if not is_hex64(path.name) or path.parent.name != path.name[:2]:
+                        path.unlink(missing_ok=True)  # not an input this cache wrote
+                        continue
+                    st = path.stat()
+                    found.append((st.st_mtime_ns, path.name, st.st_size))
+        for _, sha256, size in sorted(found):
+            self._lru[sha256] = size
         self._store = store
         self._evict()
         return store

@@ -137,3 +137,16 @@ def test_cache_max_mb_is_a_positive_count_of_mib_defaulting_to_2048() -> None:
     for bad in ("0", "-1", "1.5", "x"):
         with pytest.raises(SystemExit):
             parser.parse_args(["--cache-max-mb", bad])
+
+
+async def test_start_drops_files_the_cache_did_not_write(tmp_path: Path) -> None:
+    """A stray file in a shard directory (not a sha256 name, or in the wrong shard) is removed
+    at start instead of stopping the node."""
+    shard = tmp_path / "cache" / "ab"
+    shard.mkdir(parents=True)
+    (shard / "notes.txt").write_text("mine")
+    (shard / ("cd" * 32)).write_bytes(b"misplaced")
+    cache = InputCache(tmp_path)
+    cache.open()
+    assert sorted(shard.iterdir()) == []
+    assert cache.size == 0
