@@ -47,6 +47,7 @@ from hypertrain.aggregator.checkpoint import (
 )
 from hypertrain.aggregator.remote_client import (
     DEFAULT_RETRY,
+    RETRIED_STATUSES,
     DaemonUnreachable,
     Refused,
     RemoteError,
@@ -76,7 +77,6 @@ __all__ = [
     "fetch_checkpoint",
 ]
 
-_RETRIED = frozenset({502, 503, 504})
 _CHUNK = 1 << 20
 T = TypeVar("T")
 
@@ -187,25 +187,27 @@ class CheckpointClient:
                     ) from error
             self._sleep(delay)
 
-    def _get(self, path: str, *, ok: tuple[int, ...] = (), stream: bool = False) -> httpx.Response:
-        """GET ``path``, retried (module doc). A ``stream`` answer's body is still to be read
-        (the caller closes it); otherwise it has been read."""
-        request = self._http.build_request("GET", self.api + path)
+    def _get_once(
+        self, path: str, *, ok: tuple[int, ...] = (), stream: bool = False
+    ) -> httpx.Response:
+        """One GET of ``path``; a refusal raises :class:`Refused`, a 502/503/504
+        :class:`RetryableStatus`. A ``stream`` answer's body is still to be read (the caller
+        closes it); otherwise it has been read."""
+        response = self._http.send(self._http.build_request("GET", self.api + path), stream=stream)
+        if response.is_success or response.status_code in ok:
+            return response
+        try:
+            response.read()
+        finally:
+            response.close()
+        status = response.status_code
+        if status not in RETRIED_STATUSES:
+            raise Refused("GET", path, status, response_detail(response))
+        raise RetryableStatus(f"HTTP {status}: {response_detail(response)}", response)
 
-        def once() -> httpx.Response:
-            response = self._http.send(request, stream=stream)
-            if response.is_success or response.status_code in ok:
-                return response
-            try:
-                response.read()
-            finally:
-                response.close()
-            status = response.status_code
-            if status not in _RETRIED:
-                raise Refused("GET", path, status, response_detail(response))
-            raise RetryableStatus(f"HTTP {status}: {response_detail(response)}", response)
-
-        return self._retrying(f"GET {self.api}{path}", once)
+    def _get(self, path: str, *, ok: tuple[int, ...] = ()) -> httpx.Response:
+        """GET ``path``, retried (module doc), its body read."""
+        return self._retrying(f"GET {self.api}{path}", lambda: self._get_once(path, ok=ok))
 
     def listing(self, run_id: str) -> Listing:
         """The run's checkpoints; CheckpointMismatch for a listing that is not one."""
@@ -227,7 +229,7 @@ class CheckpointClient:
             out.seek(0)
             out.truncate()
             digest = hashlib.sha256()
-            response = self._get(path, stream=True)
+            response = self._get_once(path, stream=True)
             try:
                 for chunk in response.iter_bytes(_CHUNK):
                     digest.update(chunk)

@@ -38,6 +38,7 @@ from nurseries import Backoff, GaveUp, parse_retry_after, retry
 
 __all__ = [
     "DEFAULT_RETRY",
+    "RETRIED_STATUSES",
     "AggregatorClient",
     "DaemonUnreachable",
     "Refused",
@@ -51,7 +52,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_RETRIED_STATUSES: Final = frozenset({502, 503, 504})
+RETRIED_STATUSES: Final = frozenset({502, 503, 504})
+"""Answers worth another try (a proxy or a daemon restarting)."""
 
 
 class RemoteError(Exception):
@@ -162,7 +164,7 @@ class AggregatorClient:
             if response.is_success:
                 why = f"{method} {path}: the bytes do not hash to the key"
                 raise RetryableStatus(why, response)
-            if status not in _RETRIED_STATUSES:
+            if status not in RETRIED_STATUSES:
                 cls = TokenRefused if status == 401 else Refused
                 raise cls(method, path, status, response_detail(response))
             raise RetryableStatus(
