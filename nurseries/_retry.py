@@ -35,13 +35,14 @@ Transient = Callable[[Exception], float | None]
 
 
 class GaveUp(Exception):
-    """No try may start before the deadline; ``__cause__`` is the last failure.
+    """No try may start before the deadline; ``last`` (also ``__cause__``) is the last failure.
 
     ``tries`` counts the tries made (all failed)."""
 
     def __init__(self, tries: int, last: Exception) -> None:
         super().__init__(f"gave up after {tries} tries at the deadline; last: {_brief(last)}")
         self.tries = tries
+        self.last = last
 
 
 def _brief(error: Exception) -> str:

@@ -40,7 +40,6 @@ becomes one too.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -138,14 +137,9 @@ async def _reach(
         return found, await client.get_run(found)
 
     try:
-        return await retry(
-            reach, deadline=deadline, transient=transient, backoff=settings.backoff,
-            draw=random.random,
-        )  # fmt: skip
+        return await retry(reach, deadline=deadline, transient=transient, backoff=settings.backoff)
     except GaveUp as e:
-        if isinstance(e.__cause__, Exception):  # the last failure: what the exit line names
-            raise e.__cause__ from None
-        raise
+        raise e.last from None  # the last failure: what the exit line names
 
 
 def verify_manifest(envelope: Mapping[str, Any], run_id: str, owner: str | None) -> RunManifest:

@@ -264,7 +264,7 @@ class NodeClient:
                 transient=lambda e: 0.0 if isinstance(e, retry_on) else None,
             )  # fmt: skip
         except GaveUp as e:
-            last = e.__cause__ if isinstance(e.__cause__, Exception) else e
+            last = e.last
             raise Unreachable(_why(last)) from e
 
     def _check(self, status: int, body: Any) -> Any:
