@@ -101,6 +101,7 @@ from hypertrain.coordinator.web.http import (
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import AuthError, Conflict, Malformed
 from hypertrain.protocol.jcs import parse_json
+from hypertrain.protocol.validators import int_in, int_param
 from hypertrain.scoring.registry import STEP_THROUGHPUT
 from nurseries import Notified, Stopping
 
@@ -128,9 +129,10 @@ def _status_page_args() -> tuple[str | None, int]:
     raw = request.args.get("limit")
     if raw is None:
         return after, PAGE_DEFAULT
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 4) or not 1 <= int(raw) <= PAGE_MAX:
-        raise Malformed(f"limit must be an integer from 1 to {PAGE_MAX}, got {raw!r:.40}")
-    return after, int(raw)
+    try:
+        return after, int_param("limit", raw, int_in(1, PAGE_MAX))
+    except Malformed as e:
+        raise Malformed(f"limit must be an integer from 1 to {PAGE_MAX}, got {raw!r:.40}") from e
 
 
 def _page() -> str:
