@@ -38,6 +38,10 @@ KEYLESS_TABLES = frozenset({"compute_nodes", "meta"})
 write of ``/health``."""
 
 
+ANSWER_BOUND = 120.0
+"""Virtual seconds one request may take (a long poll holds 25 s)."""
+
+
 class _Captured:
     app: QuartTrio | None = None
 
@@ -45,17 +49,28 @@ class _Captured:
         self.app = app
 
 
+async def _exchange(
+    client: httpx.AsyncClient, request: FuzzRequest
+) -> tuple[httpx.Response, str, bytes]:
+    async with client.stream(
+        request.method,
+        request.path,
+        headers=list(request.headers),
+        content=request.body,
+        timeout=120,
+    ) as answer:
+        content_type = answer.headers.get("content-type", "")
+        body = b"" if content_type.startswith("text/event-stream") else await answer.aread()
+    return answer, content_type, body
+
+
 async def _send(client: httpx.AsyncClient, request: FuzzRequest, tally: Tally) -> None:
     try:
-        async with client.stream(
-            request.method,
-            request.path,
-            headers=list(request.headers),
-            content=request.body,
-            timeout=120,
-        ) as answer:
-            content_type = answer.headers.get("content-type", "")
-            body = b"" if content_type.startswith("text/event-stream") else await answer.aread()
+        with trio.fail_after(ANSWER_BOUND):  # virtual seconds: a hung handler fails the test
+            answer, content_type, body = await _exchange(client, request)
+    except trio.TooSlowError:
+        tally.add(request, 599, f"no answer within {ANSWER_BOUND:g} s")
+        return
     except Exception as e:  # an app error reaches the client in process: no answer was given
         tally.add(request, 599, f"no answer: {e!r:.300}")
         return
