@@ -24,6 +24,7 @@ import pytest
 from hypertrain.daemon.settings import DEFAULT_GRACE
 from hypertrain.demo.children import KILL_WAIT, child_env
 from hypertrain.demo.main import STOP_GRACE
+from tests.process_support import readline_within
 
 REPO = Path(__file__).resolve().parents[2]
 STOP_BOUND = STOP_GRACE + KILL_WAIT + 10
@@ -87,9 +88,12 @@ def _demo(tmp_path: Path, known: dict[int, str]) -> Iterator[subprocess.Popen[st
     argv = [sys.executable, "-m", "hypertrain.daemon", "--demo", "--rounds", "1"]
     argv += ["--miners", "1", "--nodes", "1", "--auditors", "0", "--keep", str(tmp_path / "demo")]
     env = child_env({"PYTHONPATH": str(REPO)})
-    with subprocess.Popen(
-        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    ) as demo:
+    with (
+        (tmp_path / "demo.err").open("w") as err,  # a file: an unread pipe could fill and block
+        subprocess.Popen(
+            argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=err, text=True
+        ) as demo,
+    ):
         try:
             yield demo
         finally:
@@ -100,11 +104,15 @@ def _demo(tmp_path: Path, known: dict[int, str]) -> Iterator[subprocess.Popen[st
                 os.kill(int(line.split(":")[0]), signal.SIGKILL)
 
 
+LINE_BOUND = 300.0
+"""Real seconds for the demo's next line (its own start-up bounds are shorter)."""
+
+
 def _wait_for_line(demo: subprocess.Popen[str], prefix: str) -> None:
     """Read the demo's stdout up to a line starting with ``prefix`` (bounded by the demo's own
     start-up bounds: it gives up and exits by itself before)."""
     assert demo.stdout is not None
-    while line := demo.stdout.readline():
+    while line := readline_within(demo.stdout, LINE_BOUND):
         if line.startswith(prefix):
             return
     raise AssertionError(f"the demo ended before {prefix!r}: {demo.wait()}")
@@ -128,7 +136,8 @@ def test_a_signal_stops_the_demo_and_every_child(
             assert any("hypertrain.miner" in c for c in children.values()), children
             assert any("hypertrain.node" in c for c in children.values()), children
         demo.send_signal(signum)
-        _, err = demo.communicate(timeout=STOP_BOUND)
+        demo.communicate(timeout=STOP_BOUND)
+        err = (tmp_path / "demo.err").read_text()
         assert demo.returncode == 128 + signum, err
         assert f"demo: stopped by {signum.name}" in err
         assert _survivors(children) == []

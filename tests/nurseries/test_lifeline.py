@@ -26,6 +26,7 @@ from nurseries import (
     open_supervisor,
     wait_lifeline_cut,
 )
+from tests.process_support import readline_within
 
 REPO = Path(__file__).resolve().parents[2]
 HANG = 10_000.0
@@ -152,7 +153,7 @@ def test_a_real_child_stops_when_its_parent_end_is_closed() -> None:
         )
         try:
             assert child.stdout is not None
-            assert child.stdout.readline() == "ready\n"
+            assert readline_within(child.stdout, REAL_BOUND) == "ready\n"
             lifeline.close()
             out, _ = child.communicate(timeout=REAL_BOUND)
         finally:
