@@ -141,7 +141,8 @@ class RoundSettings:
     dispute to move (the auditor's Bisect, the referee, the timeout) beyond the current
     stage's ``deadline_round`` (estimated at ``period`` seconds a round) before giving up."""
     backoff: Backoff = attrs.field(factory=lambda: Backoff(initial=0.5, maximum=10.0))
-    """The waits between two tries of a call that failed transiently (full jitter)."""
+    """The waits between two tries of a call that failed transiently (full jitter); the
+    command line takes its maximum from miner.toml's ``retry_max_seconds``."""
     deadline_grace_seconds: float = 10.0
     """Added to a phase deadline's estimated time (a beacon running late) before its retries
     stop; the coordinator refuses a post that is really late (4xx), which ends them too."""
@@ -211,6 +212,20 @@ class RoundRunner:
             call, deadline=deadline, transient=transient, backoff=self.settings.backoff,
             draw=self.draw, on_retry=on_retry,
         )  # fmt: skip
+
+    async def _phase(self, call: Callable[[], Awaitable[T]], deadline: float) -> T:
+        """:meth:`retry` for a step of the round itself. A 400 answered once ``deadline`` is
+        due by the miner's own estimate (less the grace) is the window closing while the
+        daemon was away (Accept and Commit are sealed to expire at ``d_commit``): the round
+        FAILED, as when the retries run out, and the miner goes on. A 400 before then is the
+        miner's own fault and ends it."""
+        try:
+            return await self.retry(call, deadline)
+        except ApiError as e:
+            due = deadline - self.settings.deadline_grace_seconds
+            if e.status == 400 and trio.current_time() >= due:
+                raise _Abort(RoundStatus.FAILED, f"refused after the deadline: {e}") from e
+            raise
 
     def reached(self, point: str, w: int) -> None:
         """Call the test hook at ``point`` of round ``w`` (when one is set)."""
@@ -374,15 +389,16 @@ class RoundRunner:
             raise _Abort(RoundStatus.SKIPPED, "not in the RoundOpen roster")
         mine = self._my_assignment(w, view, ro)
         self.progress.phase(w, "assigned", slot=mine.slot, samples=len(mine.samples))
+        self.reached("assigned", w)
         d_commit = self.time_of(ro.d_commit, ro)
         prepare = self.prepare
         if prepare is not None:
             try:
-                await self.retry(lambda: prepare(mine.samples, view.now_round), d_commit)
+                await self._phase(lambda: prepare(mine.samples, view.now_round), d_commit)
             except DataFetchError as e:
                 raise MinerProtocolError(f"round {w}: dataset: {e}") from e
         try:
-            theta_start = await self.retry(lambda: self.state_source.load(w, view, ro), d_commit)
+            theta_start = await self._phase(lambda: self.state_source.load(w, view, ro), d_commit)
         except StartStateError as e:
             refused = e.__cause__
             if isinstance(refused, ApiError) and refused.status == 403:
@@ -402,7 +418,7 @@ class RoundRunner:
         envelope = seal(self.keypair, "Accept", self.run_id, body, ro.d_commit)
         d_commit = self.time_of(ro.d_commit, ro)
         try:
-            await self.retry(lambda: self.client.accept(self.run_id, envelope), d_commit)
+            await self._phase(lambda: self.client.accept(self.run_id, envelope), d_commit)
         except ApiError as e:
             past = e.status == 409 and await self.retry(
                 lambda: self._already_past_assigned(w), d_commit
@@ -430,7 +446,7 @@ class RoundRunner:
         self.reached("before_commit", w)
         d_commit = self.time_of(ro.d_commit, ro)
         try:
-            answer = await self.retry(lambda: self.client.commit(self.run_id, envelope), d_commit)
+            answer = await self._phase(lambda: self.client.commit(self.run_id, envelope), d_commit)
         except ApiError as e:
             if e.status == 409:
                 raise _Abort(RoundStatus.ABORTED, f"Commit refused: {e.detail}") from e
@@ -511,7 +527,7 @@ class RoundRunner:
         """Call with retries until ``deadline``; a 409 (window closed, not COMMITTED) aborts
         the round, the deadline passing fails it."""
         try:
-            return await self.retry(lambda: fn(*a, **k), deadline)
+            return await self._phase(lambda: fn(*a, **k), deadline)
         except ApiError as e:
             if e.status == 409:
                 raise _Abort(RoundStatus.ABORTED, f"{what} refused: {e.detail}") from e

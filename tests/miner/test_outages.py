@@ -163,3 +163,49 @@ async def test_a_miner_whose_daemon_stays_away_gives_up_with_the_last_failure(
             raise AssertionError("the miner did not give up")
     assert trio.current_time() - start == DEFAULT_SETTINGS.start_wait_seconds
     assert Down.tries > 2
+
+
+async def test_a_miner_whose_accept_expired_in_an_outage_fails_that_round_and_goes_on(
+    tmp_path: Path,
+    data_dir: Path,
+    run_manifest: RunManifest,
+    configured: None,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """An outage from the first Accept until past ``d_commit`` (20 rounds later), within the
+    miner's grace for a late beacon: its next try is answered 400, the envelope expired. The
+    miner itself judged the window closed by then: round 0 FAILED, round 1 UPLOADED."""
+    key = MINERS[0]
+    async with (
+        _daemon(tmp_path) as (_handle, transport),
+        httpx.AsyncClient(transport=transport, base_url=API) as client,
+    ):
+        await _launch(client, run_manifest)
+        answers: list[int] = []
+        until: list[float] = []
+
+        class Late(httpx.AsyncBaseTransport):
+            async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+                accept = request.url.path.endswith("/accept")
+                if accept and not until:
+                    until.append(trio.current_time() + 25.0)
+                if until and trio.current_time() < until[0]:
+                    raise httpx.ConnectError("all attempts to connect failed", request=request)
+                response = await transport.handle_async_request(request)
+                if accept:
+                    answers.append(response.status_code)
+                return response
+
+        with trio.fail_after(ROUND_TIMEOUT * 2):
+            summary = await run_miner(
+                _config(tmp_path, key, data_dir),
+                key,
+                rounds=2,
+                start=0,
+                transport=Late(),
+                progress=Progress(io.StringIO()),
+                configure=lambda env: None,
+            )
+    assert [r.status for r in summary.rounds] == [RoundStatus.FAILED, RoundStatus.UPLOADED]
+    assert "expired" in summary.rounds[0].detail, summary.rounds[0]
+    assert answers == [400, 200], answers
