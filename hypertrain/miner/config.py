@@ -12,6 +12,8 @@ Keys (unknown keys are errors that name the key)::
     owner_hotkey       optional   when set, the run manifest must be signed by it
     device             "cpu"      the only device of this client
     poll_seconds       2.0        round-view poll interval
+    retry_max_seconds  10.0       the longest wait between two tries of a call that failed
+                                  transiently (the daemon restarting, a 5xx), in [0.5, 3600]
     chunk_bytes        64 MiB     DeltaManifest chunk size
     image_digest       optional   Accept.image_digest; default: the manifest's reference image
     state_source       optional   dir or http(s) base holding start states as {theta_hash};
@@ -40,6 +42,7 @@ __all__ = ["DEFAULT_CHUNK_BYTES", "ENV_PREFIX", "MinerConfig", "load_config"]
 ENV_PREFIX: Final = "HYPERTRAIN_MINER_"
 DEFAULT_CHUNK_BYTES: Final = 64 << 20
 DEFAULT_POLL_SECONDS: Final = 2.0
+DEFAULT_RETRY_MAX_SECONDS: Final = 10.0
 _REQUIRED: Final = ("api", "keyfile", "workdir")
 _PATHS: Final = frozenset({"keyfile", "workdir", "data_dir"})
 _TYPES: Final[dict[str, type]] = {
@@ -51,6 +54,7 @@ _TYPES: Final[dict[str, type]] = {
     "owner_hotkey": str,
     "device": str,
     "poll_seconds": float,
+    "retry_max_seconds": float,
     "chunk_bytes": int,
     "image_digest": str,
     "state_source": str,
@@ -70,6 +74,7 @@ class MinerConfig:
     owner_hotkey: str | None = None
     device: str = "cpu"
     poll_seconds: float = DEFAULT_POLL_SECONDS
+    retry_max_seconds: float = DEFAULT_RETRY_MAX_SECONDS
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     image_digest: str | None = None
     state_source: str | None = None
@@ -125,6 +130,8 @@ def _validate(values: Mapping[str, Any], where: str) -> MinerConfig:
         raise ConfigError(f"{where}: device {values['device']!r} is not supported (only 'cpu')")
     if not 0 < float(values.get("poll_seconds", DEFAULT_POLL_SECONDS)) <= 3600:
         raise ConfigError(f"{where}: poll_seconds must be in (0, 3600]")
+    if not 0.5 <= float(values.get("retry_max_seconds", DEFAULT_RETRY_MAX_SECONDS)) <= 3600:
+        raise ConfigError(f"{where}: retry_max_seconds must be in [0.5, 3600]")
     if not 1 <= int(values.get("chunk_bytes", DEFAULT_CHUNK_BYTES)) <= 1 << 40:
         raise ConfigError(f"{where}: chunk_bytes must be in [1, 2^40]")
     fields = dict(values)
@@ -132,6 +139,7 @@ def _validate(values: Mapping[str, Any], where: str) -> MinerConfig:
         if key in fields:
             fields[key] = Path(fields[key])
     fields["poll_seconds"] = float(fields.get("poll_seconds", DEFAULT_POLL_SECONDS))
+    fields["retry_max_seconds"] = float(fields.get("retry_max_seconds", DEFAULT_RETRY_MAX_SECONDS))
     fields["api"] = str(fields["api"]).rstrip("/")
     return MinerConfig(**fields)
 

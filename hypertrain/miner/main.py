@@ -23,9 +23,14 @@ Test only: with ``HYPERTRAIN_TEST_MINER_PAUSE_AT=POINT`` in the environment, ``r
 ``POINT`` (a journal phase such as ``accepted`` or ``committed``, ``commit_posted``,
 ``put_done``, ``serve_posted`` after a StateServe was stored, or ``step`` after an inner
 step) and then blocks there for :data:`TEST_PAUSE_SECONDS`, so a test can ``kill -9`` it at
-exactly that point (tests/e2e). With ``HYPERTRAIN_TEST_MINER_FAULT=step=T;layer=L;op=NAME``
-the miner trains that op wrong on purpose and stands by it (:mod:`hypertrain.miner.faults`):
-the demo's dispute drill (``--dispute``); a malformed value is a usage error.
+exactly that point (tests/e2e). With ``HYPERTRAIN_TEST_MINER_HOLD_DIR=DIR`` it holds at any
+hook point ``POINT`` of round ``W`` for which the file ``DIR/W.POINT`` exists: it writes
+``hypertrain-miner: round W: test-hold at POINT`` and blocks until the test deletes the file
+(at most :data:`TEST_PAUSE_SECONDS`), so a test can act (stop the daemon) before the miner's
+next step (the fault suite's outages in each phase; ``assigned`` is a point too). With
+``HYPERTRAIN_TEST_MINER_FAULT=step=T;layer=L;op=NAME`` the miner trains that op wrong on
+purpose and stands by it (:mod:`hypertrain.miner.faults`): the demo's dispute drill
+(``--dispute``); a malformed value is a usage error.
 (Not ``HYPERTRAIN_MINER_*``: that prefix is the miner.toml overrides'.)
 """
 
@@ -37,6 +42,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final
 
 import attrs
@@ -51,11 +57,11 @@ from hypertrain.cli.common import (
     exception_leaves,
     print_json,
 )
-from hypertrain.miner.config import load_config
+from hypertrain.miner.config import MinerConfig, load_config
 from hypertrain.miner.errors import ApiError, ConfigError, MinerFatal
 from hypertrain.miner.faults import TEST_FAULT_ENV, faults_from_env
 from hypertrain.miner.honeypot import HoneypotMode
-from hypertrain.miner.round import DEFAULT_SETTINGS, Hook
+from hypertrain.miner.round import DEFAULT_SETTINGS, Hook, RoundSettings
 from hypertrain.miner.session import Summary, run_miner
 from hypertrain.protocol.errors import HypertrainError, KeyfileError
 from hypertrain.protocol.hashes import join_request_bytes
@@ -65,11 +71,13 @@ from nurseries import lifeline_from_env, open_supervisor
 
 __all__ = [
     "SHUTDOWN_GRACE_SECONDS",
+    "TEST_HOLD_ENV",
     "TEST_PAUSE_ENV",
     "TEST_PAUSE_SECONDS",
     "build_parser",
     "main",
     "pause_hook_from_env",
+    "round_settings",
 ]
 
 SHUTDOWN_GRACE_SECONDS: Final = 10.0
@@ -78,7 +86,9 @@ MAX_START_WAIT: Final = 86400.0
 """After SIGINT/SIGTERM/SIGHUP, how long the current HTTP call may finish before it is cancelled."""
 TEST_PAUSE_ENV: Final = "HYPERTRAIN_TEST_MINER_PAUSE_AT"
 TEST_PAUSE_SECONDS: Final = 60.0
-"""How long the test-only pause (module docstring) blocks before the miner goes on."""
+"""How long the test-only pause or hold (module docstring) blocks before the miner goes on."""
+TEST_HOLD_ENV: Final = "HYPERTRAIN_TEST_MINER_HOLD_DIR"
+_HOLD_POLL_SECONDS: Final = 0.01
 _PROG: Final = "hypertrain-miner"
 
 
@@ -137,18 +147,30 @@ def _join(args: argparse.Namespace) -> int:
 
 
 def pause_hook_from_env(environ: Mapping[str, str]) -> Hook | None:
-    """The test-only pause hook of ``HYPERTRAIN_TEST_MINER_PAUSE_AT`` (module docstring)."""
+    """The test-only pause and hold hooks of ``HYPERTRAIN_TEST_MINER_PAUSE_AT`` and
+    ``HYPERTRAIN_TEST_MINER_HOLD_DIR`` (module docstring)."""
     point = environ.get(TEST_PAUSE_ENV, "")
-    if not point:
+    holds = environ.get(TEST_HOLD_ENV, "")
+    if not point and not holds:
         return None
 
     def hook(at: str, w: int) -> None:
+        # Both block the loop on purpose: a frozen process, whatever it had in flight waits.
         if at == point:
-            sys.stderr.write(f"{_PROG}: round {w}: test-pause at {at}\n")
-            sys.stderr.flush()
-            time.sleep(TEST_PAUSE_SECONDS)  # blocks the loop on purpose: a frozen process
+            _say(f"round {w}: test-pause at {at}")
+            time.sleep(TEST_PAUSE_SECONDS)
+        elif holds and (hold := Path(holds) / f"{w}.{at}").exists():
+            _say(f"round {w}: test-hold at {at}")
+            deadline = time.monotonic() + TEST_PAUSE_SECONDS
+            while hold.exists() and time.monotonic() < deadline:
+                time.sleep(_HOLD_POLL_SECONDS)
 
     return hook
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(f"{_PROG}: {line}\n")
+    sys.stderr.flush()
 
 
 async def _run_supervised(kwargs: dict[str, Any]) -> Summary | None:
@@ -192,7 +214,7 @@ def _run(args: argparse.Namespace) -> int:
         "mode": HoneypotMode(args.honeypot),
         "hook": pause_hook_from_env(os.environ),
         "faults": faults,
-        "settings": attrs.evolve(DEFAULT_SETTINGS, start_wait_seconds=args.start_wait),
+        "settings": round_settings(config, start_wait=args.start_wait),
     }
     try:
         summary = trio.run(_run_supervised, kwargs)
@@ -202,6 +224,13 @@ def _run(args: argparse.Namespace) -> int:
         return _fail("interrupted before the rounds finished", EXIT_INVALID)
     print_json(summary.to_json())
     return summary.exit_code
+
+
+def round_settings(config: MinerConfig, *, start_wait: float) -> RoundSettings:
+    """The round loop's settings for ``run``: the defaults, ``--start-wait`` and miner.toml's
+    ``retry_max_seconds`` as the backoff's longest wait."""
+    backoff = attrs.evolve(DEFAULT_SETTINGS.backoff, maximum=config.retry_max_seconds)
+    return attrs.evolve(DEFAULT_SETTINGS, start_wait_seconds=start_wait, backoff=backoff)
 
 
 def _classify(exc: BaseException) -> int:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 
 from hypertrain.miner.config import DEFAULT_CHUNK_BYTES, load_config
 from hypertrain.miner.errors import ConfigError
+from hypertrain.miner.main import round_settings
+from hypertrain.miner.round import DEFAULT_SETTINGS
 
 BASE = (
     'api = "http://127.0.0.1:8000"\nkeyfile = "k.key"\nworkdir = "work"\ndata_dir = "/abs/data"\n'
@@ -29,6 +32,7 @@ def test_defaults_and_relative_paths(tmp_path: Path) -> None:
     assert (cfg.poll_seconds, cfg.chunk_bytes, cfg.device) == (2.0, DEFAULT_CHUNK_BYTES, "cpu")
     assert cfg.allow_file_upload is False
     assert cfg.run_id is None
+    assert cfg.retry_max_seconds == 10.0
 
 
 def test_unknown_key_is_named(tmp_path: Path) -> None:
@@ -45,6 +49,9 @@ def test_unknown_key_is_named(tmp_path: Path) -> None:
         ('run_id = "xyz"\n', "run_id"),
         ('owner_hotkey = "nope"\n', "owner_hotkey"),
         ("allow_file_upload = 1\n", "allow_file_upload must be a bool"),
+        ("retry_max_seconds = 0.25\n", r"retry_max_seconds must be in \[0.5, 3600\]"),
+        ("retry_max_seconds = 3601\n", "retry_max_seconds must be in"),
+        ("retry_max_seconds = nan\n", "retry_max_seconds must be in"),
     ],
 )
 def test_bad_values(tmp_path: Path, extra: str, match: str) -> None:
@@ -68,6 +75,7 @@ def test_env_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "HYPERTRAIN_MINER_ALLOW_FILE_UPLOAD": "true",
         "HYPERTRAIN_MINER_WORKDIR": "elsewhere",
         "HYPERTRAIN_MINER_CHUNK_BYTES": "1024",
+        "HYPERTRAIN_MINER_RETRY_MAX_SECONDS": "2",
         "OTHER": "ignored",
     }
     cfg = load_config(_write(tmp_path, BASE), environ=env)
@@ -75,7 +83,18 @@ def test_env_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert cfg.allow_file_upload is True
     assert cfg.workdir == tmp_path / "elsewhere"
     assert cfg.chunk_bytes == 1024
+    assert cfg.retry_max_seconds == 2.0
     with pytest.raises(ConfigError, match="HYPERTRAIN_MINER_BOGUS"):
         load_config(_write(tmp_path, BASE), environ={"HYPERTRAIN_MINER_BOGUS": "1"})
     with pytest.raises(ConfigError, match="not a valid int"):
         load_config(_write(tmp_path, BASE), environ={"HYPERTRAIN_MINER_CHUNK_BYTES": "big"})
+
+
+def test_the_command_line_takes_its_longest_retry_wait_from_the_config(tmp_path: Path) -> None:
+    cfg = load_config(_write(tmp_path, BASE + "retry_max_seconds = 2.5\n"), environ={})
+    settings = round_settings(cfg, start_wait=7.0)
+    assert (settings.backoff.maximum, settings.backoff.initial) == (2.5, 0.5)
+    assert settings.start_wait_seconds == 7.0
+    assert attrs.evolve(settings, backoff=DEFAULT_SETTINGS.backoff, start_wait_seconds=120.0) == (
+        DEFAULT_SETTINGS
+    )
