@@ -11,11 +11,12 @@ child stopped when the block exits). Every child runs this checkout's code (``PY
 :meth:`CrashNetwork.crash` SIGKILLs the daemon's process group and starts a new daemon on the
 same state dir and port (at the instant of a chosen journal write, with
 :mod:`tests.e2e.killer`); :meth:`CrashNetwork.crash_twice` also kills the next daemon as it
-starts. A miner rides out a daemon restart (a round it cannot finish fails, it goes on with
-the next); should one exit before its last round all the same (it prints its summary only
-after its last round), :meth:`CrashNetwork.supervise` starts it again once the daemon
-listens, at the run's newest round for the rounds left (its journal resumes a round it had
-begun). Every wait is bounded.
+starts; :meth:`CrashNetwork.kill_daemon` then :meth:`CrashNetwork.start_daemon` make an
+outage of any length. Each time no daemon listened is an :class:`Outage` (in beacon rounds).
+A miner rides out every restart (issue 18): a round it cannot finish fails and it goes on with
+the next, so each miner is started once; :func:`rounds_lost` reads what each lost and
+:func:`unexplained_losses` checks that an outage swallowed a deadline of each. Every wait is
+bounded.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
@@ -40,12 +41,23 @@ from hypertrain.beacon import ChainInfo
 from hypertrain.demo.children import Child, Children, open_children
 from hypertrain.demo.workspace import EPOCH_SECONDS, MinerHome, Workspace, create_workspace
 from hypertrain.ledger import journal_path
+from hypertrain.miner.main import TEST_HOLD_ENV
 from hypertrain.protocol.envelope import NEVER, seal
 from hypertrain.protocol.f32 import f32_hex
 from hypertrain.protocol.manifest import Beacon, RunManifest
 from tests.e2e.harness import build_tiny_dataset, tiny_run_manifest
 
-__all__ = ["Crash", "CrashNetwork", "Settings", "open_crash_network"]
+__all__ = [
+    "FAST_RETRY",
+    "Crash",
+    "CrashNetwork",
+    "MinerSlot",
+    "Outage",
+    "Settings",
+    "open_crash_network",
+    "rounds_lost",
+    "unexplained_losses",
+]
 
 REPO: Final = Path(__file__).resolve().parents[2]
 LISTENING: Final = "hypertrain-daemon listening on "
@@ -62,6 +74,13 @@ interpreter's teardown, which takes seconds on a busy machine)."""
 HTTP_TIMEOUT: Final = 5.0
 POLL: Final = 0.1
 KILLER: Final = Path(__file__).with_name("killer.py")
+FAST_RETRY: Final = {"HYPERTRAIN_MINER_RETRY_MAX_SECONDS": "1"}
+"""``miner_env`` for miners that try again within a second of a daemon's return (at most 10 s
+later by default)."""
+MARGIN: Final = 3
+"""Beacon rounds a :data:`FAST_RETRY` miner needs, once a daemon is back, to finish a phase (its
+next try within a second, the call, a round of rounding either side): an outage that ends
+closer to a deadline than this swallowed it (:meth:`Outage.swallows`)."""
 NOBODY_SCORES_MS: Final = 3_600_000
 """``HYPERTRAIN_COMPUTE_WAIT_MS``: no node runs, and the fallback's torch workers would take
 the CPU the restarts need; scoring does not hold finality (every soft score is then 0)."""
@@ -117,13 +136,66 @@ class Crash:
     last_record: str
 
 
+@attrs.frozen
+class Outage:
+    """A time no daemon listened: the beacon round at the kill and when the next listened."""
+
+    killed: int
+    listening: int
+
+    def swallows(self, deadline: int) -> bool:
+        """Whether it left a miner too little time before ``deadline`` (a beacon round): it
+        began before and ended less than :data:`MARGIN` rounds before."""
+        return self.killed <= deadline < self.listening + MARGIN
+
+
+def rounds_lost(net: CrashNetwork) -> dict[str, list[int]]:
+    """Per miner (hotkey), the rounds it did not upload, from the summary of the one process
+    that ran it (which went through its last round, with exit status 1 for a round lost)."""
+    lost = {}
+    for slot in net.miners:
+        assert slot.finished(), f"{slot.home.name} never printed its summary:\n{slot.child.tail()}"
+        summary = slot.summary()
+        ws = [int(r["w"]) for r in summary["rounds"] if r["status"] != "UPLOADED"]
+        assert slot.child.returncode == (1 if ws else 0), slot.child.tail()
+        lost[slot.home.key.ss58] = ws
+    return lost
+
+
+def unexplained_losses(
+    views: Mapping[int, dict[str, Any]] | Sequence[dict[str, Any]],
+    lost: dict[str, list[int]],
+    outages: list[Outage],
+) -> list[tuple[int, str]]:
+    """``(w, hotkey)`` of each round a miner did not upload (``lost``: its rounds, by hotkey)
+    though no outage swallowed that round's ``d_commit`` or ``d_upload`` (``views``: the round
+    views, by round)."""
+    unexplained = []
+    for hotkey, rounds in lost.items():
+        for w in rounds:
+            body = views[w]["round_open"]["body"]
+            deadlines = (int(body["d_commit"]), int(body["d_upload"]))
+            if not any(o.swallows(d) for o in outages for d in deadlines):
+                unexplained.append((w, hotkey))
+    return unexplained
+
+
 @attrs.define(eq=False)
 class MinerSlot:
-    """One miner: its home, the child now running it and how many were started."""
+    """One miner: its home and the child running it."""
 
     home: MinerHome
     child: Child
-    starts: int = 1
+
+    @property
+    def holds(self) -> Path:
+        """Its hold directory (:data:`~hypertrain.miner.main.TEST_HOLD_ENV`), miner 0's only."""
+        return self.home.home / "holds"
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON summary it printed at the end (:meth:`finished` first)."""
+        summary: dict[str, Any] = json.loads(self.child.stdout.read_text())
+        return summary
 
     def finished(self) -> bool:
         """It printed its summary: it went through its last round."""
@@ -148,6 +220,15 @@ class CrashNetwork:
     chain: ChainInfo | None = None
     run_id: str = ""
     miners: list[MinerSlot] = attrs.field(factory=list)
+    miner_env: dict[str, str] = attrs.field(factory=dict)
+    """Extra environment of every miner (``HYPERTRAIN_MINER_*`` overrides its miner.toml)."""
+    outages: list[Outage] = attrs.field(factory=list)
+    """Every time no daemon listened, from a kill to the next daemon listening."""
+    down_since: int | None = None
+    """The beacon round of the first kill since a daemon last listened."""
+    holds: tuple[str, ...] = ()
+    """The hold files (``W.POINT``) miner 0 starts with in its hold directory
+    (:attr:`MinerSlot.holds`); with none, no miner has one."""
 
     @property
     def url(self) -> str:
@@ -182,6 +263,9 @@ class CrashNetwork:
         """Start a daemon on the state dir and port; returns once it listens."""
         daemon = await self._spawn()
         await daemon.wait_for_line(lambda s: s.startswith(LISTENING), STARTUP_SECONDS)
+        if self.down_since is not None:
+            self.outages.append(Outage(self.down_since, self.beacon_round()))
+            self.down_since = None
         self.up.set()
 
     async def _kill(self, daemon: Child, *, struck: bool = False) -> str:
@@ -192,6 +276,8 @@ class CrashNetwork:
         assert code is None or struck, f"the daemon exited by itself ({code}):\n{daemon.tail()}"
         if not struck:
             os.killpg(daemon.process.pid, signal.SIGKILL)
+        if self.down_since is None and self.chain is not None:
+            self.down_since = self.beacon_round()
         assert await daemon.wait(KILL_WAIT) == -signal.SIGKILL, daemon.tail()
         lines = self.journal.read_bytes().splitlines()
         return str(json.loads(lines[-1])["kind"]) if lines else "nothing"
@@ -215,6 +301,11 @@ class CrashNetwork:
         last = await self._kill(daemon, struck=struck)
         await self.start_daemon()
         return Crash(struck, last)
+
+    async def kill_daemon(self) -> None:
+        """SIGKILL the daemon's process group and reap it; :meth:`start_daemon` starts the
+        next (an outage in between)."""
+        await self._kill(self.current_daemon())
 
     async def crash_twice(self, delay: float) -> tuple[Crash, Crash, bool]:
         """SIGKILL the daemon, start a new one and SIGKILL it ``delay`` seconds later, as it
@@ -291,6 +382,11 @@ class CrashNetwork:
         assert r.status_code == 200, (epoch, r.status_code, r.text[:300])
         return r.content
 
+    def beacon_round(self) -> int:
+        """The local chain's round now (round 1 at its genesis)."""
+        assert self.chain is not None
+        return self.chain.round_at(time.time())
+
     def current_epoch(self) -> int:
         """The ledger's chain epoch now (its genesis is the local chain's, in whole seconds)."""
         assert self.chain is not None
@@ -336,35 +432,34 @@ class CrashNetwork:
     async def _start_miner(self, home: MinerHome, start: int, rounds: int, n: int) -> Child:
         argv = [sys.executable, "-m", "hypertrain.miner", "run", "--config", str(home.config)]
         argv += ["--start", str(start), "--rounds", str(rounds)]
+        env = {"PYTHONPATH": str(REPO), **self.miner_env}
+        if self.holds and not self.miners:
+            holds = home.home / "holds"
+            holds.mkdir(exist_ok=True)
+            for name in self.holds:
+                (holds / name).touch()
+            env[TEST_HOLD_ENV] = str(holds)
         return await self.children.start(
             f"{home.name} #{n}",
             argv,
-            env={"PYTHONPATH": str(REPO)},
+            env=env,
             stdout=home.home / f"stdout.{n}.txt",
             stderr=home.home / f"stderr.{n}.txt",
             cwd=home.home,
         )
 
-    async def supervise(self, slot: MinerSlot) -> None:
-        """Start ``slot``'s miner again whenever it exits before its last round (module
-        doc); returns once it went through its last round. Cancel it to stop."""
-        while True:
-            await slot.child.process.wait()
-            if slot.finished():
-                return
-            while (run := await self.run_view()) is None:
-                await trio.sleep(POLL)
-                await self.up.wait()
-            newest = max(int(r["w"]) for r in run["rounds"])
-            left = self.settings.total_rounds - newest
-            slot.child = await self._start_miner(slot.home, newest, left, slot.starts)
-            slot.starts += 1
-
 
 @asynccontextmanager
-async def open_crash_network(root: Path, settings: Settings) -> AsyncIterator[CrashNetwork]:
+async def open_crash_network(
+    root: Path,
+    settings: Settings,
+    *,
+    holds: tuple[str, ...] = (),
+    miner_env: dict[str, str] | None = None,
+) -> AsyncIterator[CrashNetwork]:
     """The network under ``root``, its run launched (module doc); every child is stopped when
-    the block exits."""
+    the block exits. Miner 0 starts with the hold files ``holds`` (``W.POINT``, in its
+    :attr:`MinerSlot.holds`); every miner gets ``miner_env``."""
     ws = create_workspace(root / "net")
     data_dir = await trio.to_thread.run_sync(build_tiny_dataset, root / "dataset")
     env = ws.daemon_env()
@@ -378,7 +473,9 @@ async def open_crash_network(root: Path, settings: Settings) -> AsyncIterator[Cr
         open_children(STOP_GRACE) as children,
         httpx.AsyncClient(timeout=HTTP_TIMEOUT) as client,
     ):
-        net = CrashNetwork(ws, children, client, settings, env)
+        net = CrashNetwork(
+            ws, children, client, settings, env, miner_env=dict(miner_env or {}), holds=holds
+        )
         await net.start_daemon()
         await net.launch(data_dir)
         yield net
