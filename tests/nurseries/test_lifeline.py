@@ -160,3 +160,33 @@ def test_a_real_child_stops_when_its_parent_end_is_closed() -> None:
             child.kill()
             child.wait()
     assert (child.returncode, out) == (0, "SIGHUP\n")
+
+
+_SYNC_CHILD = """
+import os, time
+from nurseries import exit_when_lifeline_cut, lifeline_from_env
+
+exit_when_lifeline_cut(lifeline_from_env(os.environ), 7)
+print("ready", flush=True)
+time.sleep(3600)  # a long computation: only the watching thread can end the process
+"""
+
+
+def test_a_synchronous_child_exits_when_its_parent_end_is_closed() -> None:
+    with open_lifeline() as lifeline:
+        child = subprocess.Popen(
+            [sys.executable, "-c", _SYNC_CHILD],
+            env={**os.environ, "PYTHONPATH": str(REPO), **lifeline.env},
+            pass_fds=lifeline.pass_fds,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert child.stdout is not None
+            assert readline_within(child.stdout, REAL_BOUND) == "ready\n"
+            lifeline.close()
+            out, _ = child.communicate(timeout=REAL_BOUND)
+        finally:
+            child.kill()
+            child.wait()
+    assert (child.returncode, out) == (7, "")
