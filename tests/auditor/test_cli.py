@@ -30,6 +30,7 @@ def _files(tmp_path: Path, seed: bytes = b"\x04" * 32) -> tuple[Path, Path]:
     key, token = tmp_path / "auditor.key", tmp_path / "token"
     write_seed_file(key, seed)
     token.write_text(TOKEN + "\n", encoding="utf-8")
+    token.chmod(0o600)
     return key, token
 
 
@@ -86,6 +87,23 @@ def test_unreadable_token_and_key_files_exit_2(tmp_path: Path, capsys: Capture) 
     os.chmod(key, 0o644)
     assert main(_argv(API, RUN, key, token)) == 2
     assert "--keyfile" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o660], ids=oct)
+def test_a_token_file_others_may_read_or_a_symlink_is_refused(
+    tmp_path: Path, capsys: Capture, mode: int
+) -> None:
+    key, token = _files(tmp_path)
+    token.chmod(mode)
+    assert main(_argv(API, RUN, key, token)) == 2
+    assert f"--token-file {token}: mode {mode:04o} lets others read it; run chmod 600 {token}" in (
+        _one_error_line(capsys)
+    )
+    token.chmod(0o600)
+    link = tmp_path / "link"
+    link.symlink_to(token)
+    assert main(_argv(API, RUN, key, link)) == 2
+    assert f"--token-file {link}: cannot open a symlink" in _one_error_line(capsys)
 
 
 def _run(fake: FakeCoordinator, world: World, tmp_path: Path, *extra: str, **kw: object) -> int:
