@@ -14,6 +14,7 @@ from nurseries._clock import FixedClock, SystemClock, VirtualClock, WallClock
 from nurseries._lifeline import (
     LIFELINE_ENV,
     Lifeline,
+    exit_when_lifeline_cut,
     lifeline_from_env,
     open_lifeline,
     wait_lifeline_cut,
@@ -95,6 +96,7 @@ __all__ = [
     "WaitResult",
     "WallClock",
     "cleanup_scope",
+    "exit_when_lifeline_cut",
     "guard_unread_bodies",
     "lifeline_from_env",
     "make_config",

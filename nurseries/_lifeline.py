@@ -7,7 +7,9 @@ gets no SIGHUP from anyone. The kernel can still tell them: the parent opens a p
 ``pass_fds``) and learns its number from the environment (`LIFELINE_ENV`, the spawn's ``env``).
 When the parent process ends, however it ends, the kernel closes its write end; the read end of
 every child then reads end-of-file, which `wait_lifeline_cut` waits for. A program that takes the
-lifeline (`lifeline_from_env`, passed to `open_supervisor`) shuts down as on SIGHUP.
+lifeline (`lifeline_from_env`, passed to `open_supervisor`) shuts down as on SIGHUP. A synchronous
+child without Trio (the sandboxed scorer worker) calls `exit_when_lifeline_cut` instead: it ends
+at once, without cleanup.
 
 Why not ``prctl(PR_SET_PDEATHSIG)`` in the child's pre-exec hook: the "parent" it watches is the
 *thread* that forked the child, and ``trio.lowlevel.open_process`` forks in a worker thread of
@@ -23,13 +25,21 @@ import contextlib
 import logging
 import os
 import stat
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Final
 
 import trio
 
-__all__ = ["LIFELINE_ENV", "Lifeline", "lifeline_from_env", "open_lifeline", "wait_lifeline_cut"]
+__all__ = [
+    "LIFELINE_ENV",
+    "Lifeline",
+    "exit_when_lifeline_cut",
+    "lifeline_from_env",
+    "open_lifeline",
+    "wait_lifeline_cut",
+]
 
 log = logging.getLogger(__name__)
 
@@ -99,3 +109,21 @@ async def wait_lifeline_cut(fd: int) -> None:
     The parent never writes; a byte written by mistake also counts as a cut.
     """
     await trio.lowlevel.wait_readable(fd)
+
+
+def exit_when_lifeline_cut(fd: int, status: int) -> None:
+    """From now on, end this process with ``os._exit(status)`` once the lifeline ``fd`` is cut.
+
+    For a synchronous program (no Trio), whose main thread may be busy in one long computation:
+    a daemon thread blocks reading ``fd`` and exits the process on end-of-file (or on a byte
+    written by mistake). No ``finally``, ``atexit`` or flush runs: the program that would have
+    read the output is gone. The thread makes no audited call once started (``os.read`` and
+    ``os._exit`` raise no audit event), so an audit hook armed later does not stop it.
+    """
+
+    def watch() -> None:
+        with contextlib.suppress(OSError):  # an unusable descriptor is as good as cut
+            os.read(fd, 1)
+        os._exit(status)
+
+    threading.Thread(target=watch, name="lifeline", daemon=True).start()

@@ -3,7 +3,8 @@
 `run_process` promises:
 
 * **Scrubbed environment.** The child's environment is exactly ``env``; nothing of ours is
-  inherited.
+  inherited, no descriptor but its standard streams and ``pass_fds`` (a lifeline's end,
+  `nurseries.open_lifeline`) either.
 * **Resource limits** (`Limits`), applied in the child after ``fork`` and before ``exec``:
   ``RLIMIT_AS`` (address space), ``RLIMIT_CPU`` (seconds of CPU), ``RLIMIT_NOFILE`` and
   ``RLIMIT_FSIZE``. Each is optional.
@@ -196,6 +197,7 @@ async def run_process(
     output_cap: int,
     cwd: str | os.PathLike[str] | None = None,
     stdin: bytes | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> ProcessResult:
     """Run ``argv`` to completion under ``limits`` and a ``timeout`` (seconds); see the module.
 
@@ -215,6 +217,7 @@ async def run_process(
         cwd=cwd,
         start_new_session=True,
         preexec_fn=_make_preexec(limits),
+        pass_fds=tuple(pass_fds),
     )
     started_at = trio.current_time()
     out, err = _CappedSink(output_cap), _CappedSink(output_cap)

@@ -89,17 +89,30 @@ def _header(headers: Any, name: bytes) -> bytes | None:
     return None
 
 
-def _says_close(headers: Any) -> bool:
-    value = _header(headers, b"connection")
+def _is_close(value: bytes | None) -> bool:
     return value is not None and b"close" in value.lower()
 
 
-def _declared_length(scope: Any) -> int | None:
-    value = _header(scope.get("headers", ()), b"content-length")
+def _says_close(headers: Any) -> bool:
+    return _is_close(_header(headers, b"connection"))
+
+
+def _request_framing(headers: Any) -> tuple[int | None, bool]:
+    """A request's declared ``Content-Length`` (None: none, or not a number) and whether it
+    says ``Connection: close``, in one pass over its headers."""
+    length: bytes | None = None
+    connection: bytes | None = None
+    for key, value in headers:
+        name = bytes(key).lower()
+        if name == b"content-length" and length is None:
+            length = bytes(value)
+        elif name == b"connection" and connection is None:
+            connection = bytes(value)
     try:
-        return int(value) if value is not None else None
+        declared = int(length) if length is not None else None
     except ValueError:
-        return None  # h11 refuses such a request before any app sees it
+        declared = None  # h11 refuses such a request before any app sees it
+    return declared, _is_close(connection)
 
 
 class _Exchange:
@@ -110,12 +123,12 @@ class _Exchange:
         self._send = send
         self._limit = limit
         self._timeout = timeout
-        self._declared = _declared_length(scope)
+        self._declared, says_close = _request_framing(scope.get("headers", ()))
         self._received = 0
         self._ended = False  # the body's last message, or a disconnect, went by
         self._disconnected = False
         self._drain: trio.CancelScope | None = None
-        self._closing = scope.get("http_version") == "1.0" or _says_close(scope["headers"])
+        self._closing = scope.get("http_version") == "1.0" or says_close
 
     async def receive(self) -> Message:
         message: Message = await self._receive()

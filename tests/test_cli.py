@@ -11,18 +11,10 @@ from pathlib import Path
 import pytest
 
 from hypertrain.cli import GROUPS, build_parser, main
+from tests.cli_support import one_error_line
 from tests.protocol.wire_samples import RUN_ID, bodies
 
 Capture = pytest.CaptureFixture[str]
-
-
-def _one_error_line(capsys: Capture) -> str:
-    captured = capsys.readouterr()
-    lines = captured.err.splitlines()
-    assert len(lines) == 1, captured.err
-    assert "Traceback" not in captured.err
-    assert captured.out == ""
-    return lines[0]
 
 
 @pytest.fixture
@@ -62,17 +54,17 @@ def test_keys_new_and_show(tmp_path: Path, capsys: Capture) -> None:
 def test_keys_new_refuses_to_overwrite(key_file: Path, capsys: Capture) -> None:
     before = key_file.read_bytes()
     assert main(["keys", "new", "--out", str(key_file)]) == 2
-    assert "refusing to overwrite" in _one_error_line(capsys)
+    assert "refusing to overwrite" in one_error_line(capsys)
     assert key_file.read_bytes() == before
 
 
 def test_unsafe_key_file_is_refused(key_file: Path, capsys: Capture) -> None:
     os.chmod(key_file, 0o644)
     assert main(["keys", "show", str(key_file)]) == 2
-    assert "mode 0644" in _one_error_line(capsys)
+    assert "mode 0644" in one_error_line(capsys)
     args = ["envelope", "seal", "--key", str(key_file), "--type", "Commit", "--run-id", RUN_ID]
     assert main([*args, "--exp", "5", "--body", "-"]) == 2
-    assert "mode 0644" in _one_error_line(capsys)
+    assert "mode 0644" in one_error_line(capsys)
 
 
 @pytest.mark.parametrize(
@@ -83,9 +75,9 @@ def test_malformed_key_file(tmp_path: Path, capsys: Capture, content: bytes, mes
     path.write_bytes(content)
     path.chmod(0o600)
     assert main(["keys", "show", str(path)]) == 2
-    assert message in _one_error_line(capsys)
+    assert message in one_error_line(capsys)
     assert main(["keys", "show", str(tmp_path / "missing.key")]) == 2
-    assert "no such key file" in _one_error_line(capsys)
+    assert "no such key file" in one_error_line(capsys)
 
 
 def _seal_args(key_file: Path, body: str, *, type_name: str = "Commit") -> list[str]:
@@ -115,24 +107,24 @@ def test_seal_refuses_missing_and_invalid_bodies(
     key_file: Path, tmp_path: Path, capsys: Capture
 ) -> None:
     assert main(_seal_args(key_file, str(tmp_path / "nope.json"))) == 2
-    assert "nope.json: no such file" in _one_error_line(capsys)
+    assert "nope.json: no such file" in one_error_line(capsys)
     bad_json = tmp_path / "bad.json"
     bad_json.write_text('{"w": 1,')
     assert main(_seal_args(key_file, str(bad_json))) == 1
-    assert "bad.json: JSON:" in _one_error_line(capsys)
+    assert "bad.json: JSON:" in one_error_line(capsys)
     dup = tmp_path / "dup.json"
     dup.write_text('{"w": 1, "w": 2}')
     assert main(_seal_args(key_file, str(dup))) == 1
-    assert "duplicate key 'w'" in _one_error_line(capsys)
+    assert "duplicate key 'w'" in one_error_line(capsys)
     invalid = tmp_path / "invalid.json"
     invalid.write_text(json.dumps({**bodies()["Commit"], "w": True}))
     assert main(_seal_args(key_file, str(invalid))) == 1
-    assert "SchemaError: Commit body: $.w: expected an int" in _one_error_line(capsys)
+    assert "SchemaError: Commit body: $.w: expected an int" in one_error_line(capsys)
     invalid.write_text("[1, 2]")
     assert main(_seal_args(key_file, str(invalid))) == 1
-    assert "expected a JSON object" in _one_error_line(capsys)
+    assert "expected a JSON object" in one_error_line(capsys)
     assert main(_seal_args(key_file, str(tmp_path))) == 2
-    assert "is a directory" in _one_error_line(capsys)
+    assert "is a directory" in one_error_line(capsys)
 
 
 @pytest.mark.parametrize(
@@ -150,21 +142,21 @@ def test_seal_usage_errors(
     args = _seal_args(key_file, "-")
     args[args.index(change[0]) + 1] = change[1]
     assert main(args) == 2
-    assert message in _one_error_line(capsys)
+    assert message in one_error_line(capsys)
 
 
 def test_verify_errors(tmp_path: Path, capsys: Capture) -> None:
     assert main(["envelope", "verify", str(tmp_path / "none.json")]) == 2
-    assert "no such file" in _one_error_line(capsys)
+    assert "no such file" in one_error_line(capsys)
     bad = tmp_path / "env.json"
     bad.write_text("{not json")
     assert main(["envelope", "verify", str(bad)]) == 1
-    assert "JSON:" in _one_error_line(capsys)
+    assert "JSON:" in one_error_line(capsys)
     bad.write_text(json.dumps({"v": "ht/1"}))
     assert main(["envelope", "verify", str(bad)]) == 1
-    assert "invalid envelope: Malformed: envelope: missing key(s)" in _one_error_line(capsys)
+    assert "invalid envelope: Malformed: envelope: missing key(s)" in one_error_line(capsys)
     assert main(["envelope", "verify", str(bad), "--now", "-3"]) == 2
-    _one_error_line(capsys)
+    one_error_line(capsys)
 
 
 def test_verify_reports_the_reason(key_file: Path, tmp_path: Path, capsys: Capture) -> None:
@@ -173,9 +165,9 @@ def test_verify_reports_the_reason(key_file: Path, tmp_path: Path, capsys: Captu
     env_path = tmp_path / "env.json"
     env_path.write_text(capsys.readouterr().out)
     assert main(["envelope", "verify", str(env_path)]) == 1
-    assert "UnauthorizedSigner: Accept: body hotkey is not the signer" in _one_error_line(capsys)
+    assert "UnauthorizedSigner: Accept: body hotkey is not the signer" in one_error_line(capsys)
     assert main(["envelope", "verify", str(env_path), "--run-id", "ab" * 32]) == 1
-    assert "RunMismatch" in _one_error_line(capsys)
+    assert "RunMismatch" in one_error_line(capsys)
 
 
 def json_file(tmp_path: Path, value: object) -> str:
@@ -199,8 +191,8 @@ def test_jcs(tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]) -> None
 
 def test_usage(capsys: Capture) -> None:
     assert main([]) == 2
-    assert "required" in _one_error_line(capsys)
+    assert "required" in one_error_line(capsys)
     assert main(["keys"]) == 2
-    _one_error_line(capsys)
+    one_error_line(capsys)
     assert main(["--help"]) == 0
     assert "envelope" in capsys.readouterr().out

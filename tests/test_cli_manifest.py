@@ -33,6 +33,7 @@ from hypertrain.protocol.keys import Keypair, write_seed_file
 from hypertrain.protocol.manifest import Beacon, DatasetSpec, RunManifest
 from hypertrain.protocol.tensorhash import th_hex
 from hypertrain.trainer.params import init_params, init_state_hash
+from tests.cli_support import one_error_line
 
 Capture = pytest.CaptureFixture[str]
 
@@ -53,15 +54,6 @@ def _leaves(body: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, An
 def _run(argv: list[str], capsys: Capture) -> Any:
     assert main(argv) == 0
     return json.loads(capsys.readouterr().out)
-
-
-def _one_error_line(capsys: Capture) -> str:
-    captured = capsys.readouterr()
-    lines = captured.err.splitlines()
-    assert len(lines) == 1, captured.err
-    assert "Traceback" not in captured.err
-    assert captured.out == ""
-    return lines[0]
 
 
 @pytest.fixture
@@ -240,13 +232,13 @@ def test_example_options(tmp_path: Path, capsys: Capture) -> None:
 )
 def test_example_usage_errors_exit_2(extra: list[str], message: str, capsys: Capture) -> None:
     assert main(["manifest", "example", *extra]) == 2
-    assert message in _one_error_line(capsys)
+    assert message in one_error_line(capsys)
 
 
 def test_example_refuses_a_sub_second_chain(tmp_path: Path, capsys: Capture) -> None:
     chain = _write(tmp_path / "chain.json", QUICKNET.to_json() | {"period": 0.5})
     assert main(["manifest", "example", "--chain", str(chain)]) == 2
-    assert "whole positive seconds" in _one_error_line(capsys)
+    assert "whole positive seconds" in one_error_line(capsys)
 
 
 # --- manifest seal -----------------------------------------------------------------------------
@@ -310,7 +302,7 @@ def test_bad_owner_seed_exits_2(
         os.chmod(seed, 0o600 if problem == "content" else 0o644)
     body = _write(tmp_path / "body.json", example["manifest"])
     assert main(["manifest", "seal", "--owner-seed", str(seed), "--in", str(body)]) == 2
-    _one_error_line(capsys)
+    one_error_line(capsys)
 
 
 def _with_null_od(body: dict[str, Any]) -> Any:
@@ -348,14 +340,14 @@ def test_invalid_manifest_exits_1(
 ) -> None:
     path = _write(tmp_path / "bad.json", mutate(copy.deepcopy(example["manifest"])))
     assert main(["manifest", "seal", "--owner-seed", str(owner_seed), "--in", str(path)]) == 1
-    assert message in _one_error_line(capsys)
+    assert message in one_error_line(capsys)
 
 
 def test_bad_json_exits_1(owner_seed: Path, tmp_path: Path, capsys: Capture) -> None:
     path = tmp_path / "bad.json"
     path.write_text("{not json")
     assert main(["manifest", "seal", "--owner-seed", str(owner_seed), "--in", str(path)]) == 1
-    _one_error_line(capsys)
+    one_error_line(capsys)
 
 
 # --- the real init state and a built data set --------------------------------------------------
@@ -399,9 +391,9 @@ def test_a_data_set_of_another_seq_len_is_refused(tmp_path: Path, capsys: Captur
         )
     )
     assert main(["manifest", "example", "--dataset-dir", str(tmp_path / "data")]) == 2
-    assert "seq_len 32" in _one_error_line(capsys)
+    assert "seq_len 32" in one_error_line(capsys)
     assert main(["manifest", "example", "--dataset-dir", str(tmp_path / "nothing")]) == 2
-    assert "manifest.json" in _one_error_line(capsys)
+    assert "manifest.json" in one_error_line(capsys)
 
 
 def _corpus(tmp_path: Path) -> Path:

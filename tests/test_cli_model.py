@@ -18,6 +18,7 @@ from hypertrain.cli import main
 from hypertrain.protocol.tensorhash import th_hex
 from hypertrain.trainer.params import param_shapes
 from tests.aggregator.chain import make_chain
+from tests.cli_support import one_error_line
 
 Capture = pytest.CaptureFixture[str]
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,13 +40,6 @@ def ckpt(tmp_path: Path, files: dict[str, bytes]) -> Path:
     for name, data in files.items():
         (root / name).write_bytes(data)
     return root
-
-
-def _one_error_line(capsys: Capture) -> str:
-    err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1, err
-    assert "Traceback" not in err
-    return err.strip()
 
 
 def _sample(ckpt: Path, capsys: Capture, *args: str) -> str:
@@ -94,7 +88,7 @@ def test_a_model_file_that_is_not_the_manifests_is_refused(
     (ckpt / MODEL_FILE).write_bytes(bytes(data))
     for command in (["sample", str(ckpt)], ["export", str(ckpt), "--out", str(ckpt.parent / "x")]):
         assert main(command) == 1
-        line = _one_error_line(capsys)
+        line = one_error_line(capsys, stdout_empty=False)
         assert f"{ckpt / MODEL_FILE}: sha256" in line
         assert "MANIFEST.json" in line
     assert not (ckpt.parent / "x").exists()
@@ -103,11 +97,11 @@ def test_a_model_file_that_is_not_the_manifests_is_refused(
 def test_a_damaged_model_file_or_manifest_exits_1(ckpt: Path, capsys: Capture) -> None:
     (ckpt / MANIFEST_FILE).write_bytes(b"{}")
     assert main(["sample", str(ckpt)]) == 1
-    assert str(ckpt / MANIFEST_FILE) in _one_error_line(capsys)
+    assert str(ckpt / MANIFEST_FILE) in one_error_line(capsys, stdout_empty=False)
     (ckpt / MANIFEST_FILE).unlink()
     (ckpt / MODEL_FILE).write_bytes(b"not safetensors")
     assert main(["sample", str(ckpt)]) == 1
-    assert "model.safetensors" in _one_error_line(capsys)
+    assert "model.safetensors" in one_error_line(capsys, stdout_empty=False)
 
 
 @pytest.mark.parametrize(
@@ -124,15 +118,15 @@ def test_a_damaged_model_file_or_manifest_exits_1(ckpt: Path, capsys: Capture) -
 )
 def test_bad_arguments_exit_2(ckpt: Path, capsys: Capture, args: list[str], message: str) -> None:
     assert main(["sample", str(ckpt), *args]) == 2
-    assert message in _one_error_line(capsys)
+    assert message in one_error_line(capsys, stdout_empty=False)
 
 
 def test_a_missing_directory_or_model_file_exits_2(ckpt: Path, capsys: Capture) -> None:
     assert main(["sample", str(ckpt.parent / "nope")]) == 2
-    assert "no such checkpoint directory" in _one_error_line(capsys)
+    assert "no such checkpoint directory" in one_error_line(capsys, stdout_empty=False)
     (ckpt / MODEL_FILE).unlink()
     assert main(["sample", str(ckpt)]) == 2
-    assert f"{ckpt / MODEL_FILE}: no such file" in _one_error_line(capsys)
+    assert f"{ckpt / MODEL_FILE}: no such file" in one_error_line(capsys, stdout_empty=False)
 
 
 def test_export_loads_with_safetensors_alone(
@@ -181,10 +175,10 @@ def test_export_refuses_a_non_empty_out(ckpt: Path, tmp_path: Path, capsys: Capt
     out.mkdir()
     (out / "keep").write_text("mine")
     assert main(["export", str(ckpt), "--out", str(out)]) == 2
-    assert "not empty" in _one_error_line(capsys)
+    assert "not empty" in one_error_line(capsys, stdout_empty=False)
     assert [p.name for p in out.iterdir()] == ["keep"]
     assert main(["export", str(ckpt), "--out", str(out / "keep")]) == 2
-    assert "not a directory" in _one_error_line(capsys)
+    assert "not a directory" in one_error_line(capsys, stdout_empty=False)
 
 
 def test_the_cli_starts_without_importing_torch() -> None:

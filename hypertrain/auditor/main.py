@@ -45,13 +45,13 @@ from hypertrain.cli.common import (
     OneLineParser,
     exception_leaves,
     hex64_arg,
+    read_token_file,
 )
 from hypertrain.protocol.errors import KeyfileError
 from hypertrain.protocol.keys import load_keypair
-from hypertrain.protocol.tokens import MAX_TOKEN_FILE_BYTES, token_in
 from nurseries import lifeline_from_env, open_supervisor
 
-__all__ = ["SHUTDOWN_GRACE_SECONDS", "build_parser", "default_data_dir", "main", "read_token_file"]
+__all__ = ["SHUTDOWN_GRACE_SECONDS", "build_parser", "default_data_dir", "main"]
 
 SHUTDOWN_GRACE_SECONDS: Final = 10.0
 """After SIGINT/SIGTERM/SIGHUP, how long the hand-back of a job in progress may take."""
@@ -111,20 +111,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def read_token_file(path: str) -> str:
-    """The one token in file ``path``; CliError (exit 2) when unreadable or not one token."""
-    try:
-        data = Path(path).read_bytes()[: MAX_TOKEN_FILE_BYTES + 1]
-    except FileNotFoundError as e:
-        raise CliError(f"--token-file {path}: no such file") from e
-    except OSError as e:
-        raise CliError(f"--token-file {path}: cannot read ({e.strerror})") from e
-    token = token_in(data)
-    if token is None:
-        raise CliError(f"--token-file {path}: does not hold one token")
-    return token.decode("utf-8", "surrogateescape")
-
-
 async def _supervised(
     options: Options,
     transport: httpx.AsyncBaseTransport | None,
@@ -172,7 +158,7 @@ def main(
     """Console entry point: returns the exit status (tests pass ``transport``/``configure``)."""
     args = build_parser().parse_args(argv)
     try:
-        token = read_token_file(args.token_file)
+        token = read_token_file("--token-file", args.token_file)
         keypair = load_keypair(args.keyfile)
     except CliError as e:
         return _fail(str(e), e.code)

@@ -4,12 +4,12 @@ A :class:`BeaconSink` answers two questions: ``await sink.known()`` (D, the late
 holds, 0 for none) and ``await sink.push(rnd)`` (store one verified round, return D after).
 Failures are classified for the pusher (:mod:`hypertrain.beacon.errors`):
 
-================================  =======================================================
-network error, HTTP 408/429/5xx   :class:`SinkUnavailable`, retried on the next tick
-HTTP 401, 403                     :class:`SinkAuthError`, fatal (the token is wrong)
-any other status (409, 400, ...)  :class:`SinkRefused` with the status, fatal
-token file not one token          :class:`TokenFileError`, fatal (a usage error)
-================================  =======================================================
+==================================  =====================================================
+network error, HTTP 408/429/5xx     :class:`SinkUnavailable`, retried on the next tick
+HTTP 401, 403                       :class:`SinkAuthError`, fatal (the token is wrong)
+any other status (409, 400, ...)    :class:`SinkRefused` with the status, fatal
+token file unsafe or not one token  :class:`TokenFileError`, fatal (a usage error)
+==================================  =====================================================
 
 :class:`HttpSink` speaks the admin API (``GET {api}/v1/beacon/latest`` ->
 ``{"round": n, ...}``; ``POST {api}/v1/admin/beacon`` with ``Authorization: Bearer <token>``
@@ -34,7 +34,8 @@ from hypertrain.beacon.errors import SinkAuthError, SinkRefused, SinkUnavailable
 from hypertrain.beacon.ingest import ingest_round, latest_round
 from hypertrain.beacon.relays import USER_AGENT
 from hypertrain.protocol.converter import unstructure
-from hypertrain.protocol.errors import ProtocolError
+from hypertrain.protocol.errors import KeyfileError, ProtocolError
+from hypertrain.protocol.keys import read_private_file
 from hypertrain.store import Database
 from nurseries import WallClock
 
@@ -71,15 +72,18 @@ class BeaconSink(Protocol):
 def read_token(path: Path) -> str:
     """The token in ``path``: exactly one ``[A-Za-z0-9._~-]+`` once whitespace is stripped.
 
-    Raises :class:`TokenFileError` for a missing, unreadable, oversized or malformed file.
+    The file is read as the daemon reads its own token files
+    (:func:`~hypertrain.protocol.keys.read_private_file`: a regular file, never through a
+    symlink, owned by this user, no group or other permission bits). Raises
+    :class:`TokenFileError` for a missing, unsafe, unreadable, oversized or malformed file;
+    its detail names the file and, for a mode that lets others read it, the fix.
     """
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_TOKEN_FILE_BYTES + 1)
+        data = read_private_file(path, MAX_TOKEN_FILE_BYTES, "token file")
+    except KeyfileError as e:
+        raise TokenFileError(f"admin token file {e.detail}") from e
     except OSError as e:
         raise TokenFileError(f"admin token file {path}: cannot read ({e.strerror})") from e
-    if len(data) > MAX_TOKEN_FILE_BYTES:
-        raise TokenFileError(f"admin token file {path}: longer than {MAX_TOKEN_FILE_BYTES} bytes")
     try:
         token = data.decode("ascii").strip()
     except UnicodeDecodeError:

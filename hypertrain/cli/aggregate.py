@@ -52,18 +52,17 @@ from hypertrain.cli.common import (
     fail,
     hex64_arg,
     print_json,
+    read_token_file,
 )
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import KeyfileError, ProtocolError
 from hypertrain.protocol.keys import load_keypair
-from hypertrain.protocol.tokens import MAX_TOKEN_FILE_BYTES, token_in
 
 __all__ = [
     "DEFAULT_STATE_DIR",
     "EXIT_UNREACHABLE",
     "ONCE_WAIT",
     "aggregate_main",
-    "read_token_file",
     "register",
 ]
 
@@ -71,24 +70,6 @@ EXIT_UNREACHABLE: Final = 3
 ONCE_WAIT: Final = 600.0
 """Seconds ``--once`` waits for the newest round to become due, by default."""
 DEFAULT_STATE_DIR: Final = "aggregator-state"
-
-
-def read_token_file(path: str) -> str:
-    """The one token in file ``path``; CliError (exit 2) when unreadable, empty or not one
-    token."""
-    try:
-        data = Path(path).read_bytes()[: MAX_TOKEN_FILE_BYTES + 1]
-    except FileNotFoundError as e:
-        raise CliError(f"--admin-token-file {path}: no such file") from e
-    except OSError as e:
-        raise CliError(f"--admin-token-file {path}: cannot read ({e.strerror})") from e
-    token = token_in(data)
-    if token is None:
-        raise CliError(
-            f"--admin-token-file {path}: does not hold one token (empty, too long or"
-            " containing whitespace)"
-        )
-    return token.decode("utf-8", "surrogateescape")
 
 
 def _report(report: Report) -> None:
@@ -123,7 +104,7 @@ async def aggregate_main(
     """Run the command for parsed ``args``; every failure is one line on stderr and an exit
     status (module doc). Tests pass an in-process ``transport``."""
     try:
-        token = read_token_file(args.admin_token_file)
+        token = read_token_file("--admin-token-file", args.admin_token_file)
         client = AggregatorClient(args.api, token, transport=transport, retry=retry)
         try:
             return await _run(args, client)

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any, NoReturn, Protocol
 from urllib.parse import urlsplit
 
-from hypertrain.protocol.errors import Malformed
+from hypertrain.protocol.errors import KeyfileError, Malformed
 from hypertrain.protocol.jcs import MAX_SAFE_INT, parse_json
+from hypertrain.protocol.keys import read_private_file
+from hypertrain.protocol.tokens import MAX_TOKEN_FILE_BYTES, token_in
 from hypertrain.protocol.validators import is_hex64, is_ss58_address
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "print_json",
     "read_input",
     "read_json",
+    "read_token_file",
     "ss58_arg",
 ]
 
@@ -89,6 +92,29 @@ def read_json(path: str) -> Any:
     except Malformed as e:
         name = "stdin" if path == "-" else path
         raise CliError(f"{name}: {e.detail}", EXIT_INVALID) from e
+
+
+def read_token_file(flag: str, path: str | Path) -> str:
+    """The one token (:func:`~hypertrain.protocol.tokens.token_in`) of the file ``path`` that
+    option ``flag`` names, read as the daemon reads its own token files
+    (:func:`~hypertrain.protocol.keys.read_private_file`: a regular file, never through a
+    symlink, owned by you, without group or other permission bits). Otherwise CliError
+    (exit 2): ``flag``, the file and what is wrong (``run chmod 600 FILE`` for a mode that
+    lets others read it)."""
+    try:
+        data = read_private_file(path, MAX_TOKEN_FILE_BYTES, "token file")
+    except FileNotFoundError as e:
+        raise CliError(f"{flag} {path}: no such file") from e
+    except KeyfileError as e:
+        raise CliError(f"{flag} {e.detail}") from e
+    except OSError as e:
+        raise CliError(f"{flag} {path}: cannot read ({e.strerror})") from e
+    token = token_in(data)
+    if token is None:
+        raise CliError(
+            f"{flag} {path}: does not hold one token (empty, too long or containing whitespace)"
+        )
+    return token.decode("utf-8", "surrogateescape")
 
 
 def print_json(value: object) -> None:

@@ -25,7 +25,10 @@ One :class:`httpx.AsyncClient` with an injectable transport (tests pass
   without a key) retries only a failed connection, since a request that was sent may have
   minted a key already; the result post retries network errors only (the server answers an
   identical repeated body the same way). The lease poll is not retried here: the node's loop
-  backs off between polls (:mod:`hypertrain.node.runner`, on the same schedule).
+  backs off between polls (:mod:`hypertrain.node.runner`, on the same schedule). An answer's
+  ``Retry-After`` (delta seconds; a shutting-down coordinator sends one with its 503) is the
+  least wait before the next try, here and in the loop: the errors carry it as
+  ``retry_after``; when it is longer than what is left before the deadline, the retries stop.
 - **Inputs stream** (:meth:`NodeClient.fetch_input`) as raw bytes (``Accept-Encoding:
   identity``, no inflation) with the declared size as a cap: a ``Content-Length`` above it is
   refused before any byte is read, and :class:`~hypertrain.node.cache.InputCache` stops at the
@@ -78,7 +81,7 @@ from hypertrain.node.errors import (
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import SchemaError
 from hypertrain.scoring.inputs import check_input_name
-from nurseries import Backoff, GaveUp, retry
+from nurseries import Backoff, GaveUp, parse_retry_after, retry
 
 __all__ = [
     "DEFAULT_BACKOFF",
@@ -232,8 +235,8 @@ class NodeClient:
 
     async def _send(
         self, method: str, path: str, *, body: object, auth: bool, read: float | None = None
-    ) -> tuple[int, Any]:
-        """One request; ``(status, decoded JSON body or None)``. Network errors propagate."""
+    ) -> _Answer:
+        """One request and its answer. Network errors propagate."""
         headers = {"Accept": "application/json", **(self._auth() if auth else {})}
         content = None if body is None else json.dumps(body).encode()
         if content is not None:
@@ -245,7 +248,7 @@ class NodeClient:
             headers=headers,
             timeout=self.timeouts.httpx(read),
         ) as response:
-            return response.status_code, await _read_json_capped(response)
+            return _Answer.of(response, await _read_json_capped(response))
 
     async def _retrying(
         self,
@@ -261,23 +264,23 @@ class NodeClient:
         try:
             return await retry(
                 call, deadline=deadline, backoff=self.backoff, draw=self._jitter,
-                transient=lambda e: 0.0 if isinstance(e, retry_on) else None,
+                transient=lambda e: _retry_after(e) if isinstance(e, retry_on) else None,
             )  # fmt: skip
         except GaveUp as e:
-            last = e.last
-            raise Unreachable(_why(last)) from e
+            raise _unreachable(e.last) from e
 
-    def _check(self, status: int, body: Any) -> Any:
+    def _check(self, answer: _Answer) -> Any:
         """A 2xx answer's decoded JSON; the typed error of any other status."""
+        status, body = answer.status, answer.body
         if 200 <= status < 300:
             return body
         if status == 401:
             raise Unauthorized(_detail(body, "unknown or malformed node key"))
         if status >= 500:
-            raise _ServerError(status, _detail(body, "server error"))
+            raise _ServerError(status, _detail(body, "server error"), answer.retry_after)
         if 300 <= status < 400:
             raise Refused(status, "redirect refused (the node only talks to its coordinator)")
-        raise Refused(status, _detail(body, "refused"))
+        raise Refused(status, _detail(body, "refused"), retry_after=answer.retry_after)
 
     # -- routes --------------------------------------------------------------------------
 
@@ -292,8 +295,8 @@ class NodeClient:
         )
 
         async def call() -> RegisterAnswer:
-            status, answer = await self._send("POST", "/v1/compute/register", body=body, auth=False)
-            return _decoded(RegisterAnswer, status, self._check(status, answer))
+            answer = await self._send("POST", "/v1/compute/register", body=body, auth=False)
+            return _decoded(RegisterAnswer, answer.status, self._check(answer))
 
         retry_on: tuple[type[Exception], ...] = (
             (httpx.TransportError, _ServerError) if key is not None else (httpx.ConnectError,)
@@ -301,7 +304,7 @@ class NodeClient:
         try:
             return await self._retrying(call, retry_on=retry_on)
         except (httpx.TransportError, _ServerError) as e:
-            raise Unreachable(_why(e)) from e
+            raise _unreachable(e) from e
 
     async def lease(
         self, capabilities: Sequence[str], hardware: str, wait_ms: int | None = None
@@ -311,17 +314,17 @@ class NodeClient:
         :class:`BadOffer` when the answer's job is malformed or hostile (module doc)."""
         request = LeaseRequest(capabilities=tuple(capabilities), hardware=hardware, wait_ms=wait_ms)
         try:
-            status, answer = await self._send(
+            answer = await self._send(
                 "POST", "/v1/compute/jobs/lease", body=unstructure(request), auth=True,
                 read=self.timeouts.lease_read,
             )  # fmt: skip
-            if status == 403:
-                _raise_disabled(answer)
-            body = self._check(status, answer)
+            if answer.status == 403:
+                _raise_disabled(answer.body)
+            body = self._check(answer)
         except (httpx.TransportError, _ServerError) as e:
-            raise Unreachable(_why(e)) from e
+            raise _unreachable(e) from e
         if not isinstance(body, dict):
-            raise Refused(status, "the answer is not a JSON object")
+            raise Refused(answer.status, "the answer is not a JSON object")
         try:
             return structure(LeaseAnswer, body).job
         except SchemaError as e:
@@ -343,7 +346,7 @@ class NodeClient:
             response = await self._http.send(request, stream=True)
             try:
                 if not response.is_success:
-                    self._check(response.status_code, await _read_json_capped(response))
+                    self._check(_Answer.of(response, await _read_json_capped(response)))
                 length = response.headers.get("content-length")
                 if length is not None and (not length.isdigit() or int(length) > spec.size):
                     raise InputMismatch(
@@ -359,7 +362,7 @@ class NodeClient:
                 start, retry_on=(httpx.TransportError, _ServerError), deadline=deadline
             )
         except Unreachable as e:
-            raise Unreachable(f"input {spec.name}: {e}") from e
+            raise Unreachable(f"input {spec.name}: {e}", retry_after=e.retry_after) from e
         try:
             async for chunk in response.aiter_raw():
                 yield chunk
@@ -378,19 +381,18 @@ class NodeClient:
             raise Refused(413, f"the result is over {BODY_LIMIT} bytes; not sent")
         path = f"/v1/compute/jobs/{_segment(copy_id)}/result"
 
-        async def call() -> tuple[int, Any]:
+        async def call() -> _Answer:
             return await self._send("POST", path, body=body, auth=True)
 
-        status, answer = await self._retrying(
-            call, retry_on=(httpx.TransportError,), deadline=deadline
-        )
+        answer = await self._retrying(call, retry_on=(httpx.TransportError,), deadline=deadline)
+        status = answer.status
         if status in (409, 410):
-            detail = _detail(answer, "late" if status == 410 else "another answer was posted")
+            detail = _detail(answer.body, "late" if status == 410 else "another answer was posted")
             return PostAnswer(status, None, detail)
         try:
-            checked = self._check(status, answer)
+            checked = self._check(answer)
         except _ServerError as e:
-            raise Refused(e.status, e.detail) from e
+            raise Refused(e.status, e.detail, retry_after=e.retry_after) from e
         try:
             return PostAnswer(200, read_result_answer(checked))
         except SchemaError as e:
@@ -421,13 +423,40 @@ async def _read_json_capped(response: httpx.Response) -> Any:
         return None
 
 
-class _ServerError(Exception):
-    """A 5xx answer (retryable where the call allows it)."""
+@attrs.frozen
+class _Answer:
+    """One answer: its status, decoded JSON body (None when not JSON) and ``Retry-After``."""
 
-    def __init__(self, status: int, detail: str) -> None:
+    status: int
+    body: Any
+    retry_after: float | None
+
+    @classmethod
+    def of(cls, response: httpx.Response, body: Any) -> _Answer:
+        return cls(
+            response.status_code, body, parse_retry_after(response.headers.get("retry-after"))
+        )
+
+
+class _ServerError(Exception):
+    """A 5xx answer (retryable where the call allows it, after its ``Retry-After``)."""
+
+    def __init__(self, status: int, detail: str, retry_after: float | None) -> None:
         super().__init__(f"HTTP {status}: {detail}")
         self.status = status
         self.detail = detail
+        self.retry_after = retry_after
+
+
+def _retry_after(error: Exception) -> float:
+    """The least wait before another try after ``error``: a 5xx's ``Retry-After``, else 0."""
+    return (error.retry_after or 0.0) if isinstance(error, _ServerError) else 0.0
+
+
+def _unreachable(error: Exception) -> Unreachable:
+    """The :class:`Unreachable` of a last network error or 5xx (its ``Retry-After`` kept)."""
+    retry_after = error.retry_after if isinstance(error, _ServerError) else None
+    return Unreachable(_why(error), retry_after=retry_after)
 
 
 def _why(exc: BaseException) -> str:

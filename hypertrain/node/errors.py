@@ -62,7 +62,13 @@ class InputMismatch(NodeError):
 
 
 class NodeClientError(NodeError):
-    """A compute route did not give a usable answer."""
+    """A compute route did not give a usable answer; ``retry_after`` is the seconds of the
+    answer's ``Retry-After`` header (None: no such answer or header), the least wait before
+    the node asks again."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class Unreachable(NodeClientError):
@@ -86,7 +92,7 @@ class Disabled(NodeClientError):
 class Refused(NodeClientError):
     """Any other non-2xx answer (or an unreadable one): ``status`` and the ``detail``."""
 
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(f"HTTP {status}: {detail}")
+    def __init__(self, status: int, detail: str, *, retry_after: float | None = None) -> None:
+        super().__init__(f"HTTP {status}: {detail}", retry_after=retry_after)
         self.status = status
         self.detail = detail

@@ -27,9 +27,10 @@
   exit 1).
 - **Errors** (unreachable, 5xx, 429, other refusals) back off on the project's one retry
   schedule (:func:`nurseries.next_delay`: ``backoff_start`` doubling to ``backoff_cap``
-  seconds, full jitter from ``draw``), reset by the next successful lease. A job's input
-  downloads and its result post retry network errors (and the downloads 5xx) until the
-  lease's deadline (``deadline_ms``, carried over to the Trio clock). A 401 during the loop is
+  seconds, full jitter from ``draw``; never shorter than the answer's ``Retry-After``), reset
+  by the next successful lease. A job's input downloads and its result post retry network
+  errors (and the downloads 5xx, after their ``Retry-After``) until the lease's deadline
+  (``deadline_ms``, carried over to the Trio clock). A 401 during the loop is
   :class:`~hypertrain.node.errors.NodeFatal` (the key is gone on the coordinator).
 - **Stopping**: cancellation (Ctrl-C/SIGTERM/SIGHUP through the supervisor) ends everything at
   once (a scorer worker's process group is killed); a job in progress is not posted;
@@ -224,7 +225,8 @@ class NodeRunner:
             except Unreachable as e:
                 if once:
                     raise NodeFatal(f"cannot register at {self.client.base_url}: {e}") from e
-                await self._back_off(f"cannot register at {self.client.base_url}: {e}")
+                why = f"cannot register at {self.client.base_url}: {e}"
+                await self._back_off(why, e.retry_after)
         self._failures = 0
         if once:
             try:
@@ -237,12 +239,16 @@ class NodeRunner:
             try:
                 await self.turn()
             except (Unreachable, Refused) as e:
-                await self._back_off(str(e))
+                await self._back_off(str(e), e.retry_after)
 
-    async def _back_off(self, why: str) -> None:
+    async def _back_off(self, why: str, retry_after: float | None) -> None:
+        """The next wait of the error backoff, at least ``retry_after`` (the server's)."""
         self._failures += 1
         now = trio.current_time()
-        delay = next_delay(self._backoff, self._failures, self._draw(), now=now, deadline=math.inf)
+        delay = next_delay(
+            self._backoff, self._failures, self._draw(),
+            now=now, deadline=math.inf, not_before=retry_after or 0.0,
+        )  # fmt: skip
         if delay is None:  # pragma: no cover - no deadline: there is always a next try
             raise AssertionError("next_delay gave up without a deadline")
         self._say(f"{why}; retrying in {delay:.3g} s")

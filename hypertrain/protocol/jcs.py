@@ -33,39 +33,46 @@ _NOT_A_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"|[^\[\]{}"]+')
 _BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
-def _check(value: object, path: str, depth: int) -> None:
+def _problem(value: object, path: str, depth: int, *, floats: bool) -> str | None:
+    """``path: reason`` of the first item of ``value`` the protocol refuses, or None: nesting
+    deeper than 64 levels, a number literal the parser stood a :class:`_Refused` in for, an
+    integer beyond +-(2^53-1), a lone surrogate in a string or key, a key that is not a string,
+    a value that is not JSON, and a float unless ``floats`` (parsed bodies may hold floats,
+    whose fields the converter checks; preimages may not)."""
     if depth > _MAX_DEPTH:
-        raise CanonicalJSONError(f"{path}: nested deeper than {_MAX_DEPTH} levels")
+        return f"{path}: nested deeper than {_MAX_DEPTH} levels"
     if value is None or isinstance(value, bool):
-        return
+        return None
+    if isinstance(value, _Refused):
+        return f"{path}: {value.reason}"
     if isinstance(value, int):
-        if -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
-            return
-        raise CanonicalJSONError(f"{path}: integer {value} is beyond +-(2^53-1)")
+        in_range = -MAX_SAFE_INT <= value <= MAX_SAFE_INT
+        return None if in_range else f"{path}: integer {value} is beyond +-(2^53-1)"
     if isinstance(value, float):
-        raise CanonicalJSONError(f"{path}: floats are not allowed (send reals as f32 hex)")
+        return None if floats else f"{path}: floats are not allowed (send reals as f32 hex)"
     if isinstance(value, str):
-        if _SURROGATE.search(value):
-            raise CanonicalJSONError(f"{path}: string holds a lone surrogate")
-        return
+        return f"{path}: a string holds a lone surrogate" if _SURROGATE.search(value) else None
+    items: Iterable[tuple[str, object]]
     if isinstance(value, dict):
-        for key, item in value.items():
+        for key in value:
             if not isinstance(key, str):
-                raise CanonicalJSONError(f"{path}: object key {key!r} is not a string")
+                return f"{path}: object key {key!r:.40} is not a string"
             if _SURROGATE.search(key):
-                raise CanonicalJSONError(f"{path}: object key holds a lone surrogate")
-            _check(item, f"{path}.{key}", depth + 1)
-        return
-    if isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            _check(item, f"{path}[{index}]", depth + 1)
-        return
-    raise CanonicalJSONError(f"{path}: {type(value).__name__} is not a JSON value")
+                return f"{path}: an object key holds a lone surrogate"
+        items = ((f"{path}.{key:.40}", item) for key, item in value.items())
+    elif isinstance(value, list | tuple):
+        items = ((f"{path}[{index}]", item) for index, item in enumerate(value))
+    else:
+        return f"{path}: {type(value).__name__} is not a JSON value"
+    walk = (_problem(item, at, depth + 1, floats=floats) for at, item in items)
+    return next((problem for problem in walk if problem is not None), None)
 
 
 def canonical_json(value: object) -> bytes:
     """The RFC 8785 bytes of ``value``; raises CanonicalJSONError naming the refused item."""
-    _check(value, "$", 0)
+    problem = _problem(value, "$", 0, floats=False)
+    if problem is not None:
+        raise CanonicalJSONError(problem)
     try:
         return rfc8785.dumps(cast(Any, value))
     except rfc8785.CanonicalizationError as e:  # _check refuses these first; kept as a backstop
@@ -121,23 +128,6 @@ def _depth(text: str) -> int:
     return max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
 
 
-def _problem(value: object, path: str) -> str | None:
-    """``path: reason`` of the first refused literal or lone surrogate in ``value``, if any."""
-    if isinstance(value, _Refused):
-        return f"{path}: {value.reason}"
-    if isinstance(value, str):
-        return f"{path}: a string holds a lone surrogate" if _SURROGATE.search(value) else None
-    items: Iterable[tuple[str, object]] = ()
-    if isinstance(value, dict):
-        for key in value:
-            if _SURROGATE.search(key):
-                return f"{path}: an object key holds a lone surrogate"
-        items = ((f"{path}.{key:.40}", item) for key, item in value.items())
-    elif isinstance(value, list):
-        items = ((f"{path}[{index}]", item) for index, item in enumerate(value))
-    return next((p for at, item in items if (p := _problem(item, at)) is not None), None)
-
-
 def parse_json(data: bytes | str) -> Any:
     """Parse JSON strictly; :class:`Malformed` (400) naming the problem otherwise.
 
@@ -174,7 +164,7 @@ def parse_json(data: bytes | str) -> Any:
     if text.count("[") + text.count("{") > _MAX_DEPTH and _depth(text) > _MAX_DEPTH:
         raise Malformed(f"JSON: nested deeper than {_MAX_DEPTH} levels")
     if _MAYBE_REFUSED.search(text):
-        problem = _problem(value, "$")
+        problem = _problem(value, "$", 0, floats=True)
         if problem is not None:
             raise Malformed(f"JSON: {problem}")
     return value

@@ -3,7 +3,9 @@
 A token file holds exactly one token: its content, with surrounding whitespace stripped, must be
 non-empty, at most :data:`MAX_TOKEN_FILE_BYTES` long and free of whitespace and control bytes.
 The daemon reads its admin/worker/internal token files with this rule, and so do the commands
-that present a token (``hypertrain aggregate --admin-token-file``).
+that present a token (``hypertrain aggregate --admin-token-file``, ``hypertrain-auditor
+--token-file``, through :func:`hypertrain.cli.common.read_token_file`); both read the file only
+when it is private (:func:`hypertrain.protocol.keys.read_private_file`).
 """
 
 from __future__ import annotations

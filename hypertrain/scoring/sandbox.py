@@ -14,6 +14,10 @@ It promises:
   address space ``memory_bytes``, CPU ``ceil(step_budget_ms / 1000)`` seconds (the import of
   torch included), :data:`OPEN_FILES` descriptors, files of :data:`FILE_SIZE_BYTES` bytes
   (none: the worker writes nothing), :data:`OUTPUT_CAP` bytes of each output stream kept.
+- **A lifeline** (:func:`nurseries.open_lifeline`, one per job): the worker holds the read end
+  of a pipe whose write end only this process holds, and exits the moment it reads end-of-file
+  (:func:`nurseries.exit_when_lifeline_cut`). So a worker does not outlive the node or daemon
+  that started it, even when that one is killed with ``SIGKILL`` and cannot kill the group.
 - **A scrubbed environment** (:func:`worker_env`): ``PATH``, ``PYTHONPATH`` = the directory
   holding the ``hypertrain`` package this process runs (so the worker runs the same code even
   from an uninstalled checkout), the thread variables of
@@ -50,7 +54,7 @@ from hypertrain.scoring.jobs import SCORING_ENV, check_job_inputs
 from hypertrain.scoring.outcome import ScoreOutcome, check_result, classify
 from hypertrain.scoring.registry import Challenge
 from hypertrain.trainer.determinism import env_vars
-from nurseries import Limits, run_process
+from nurseries import Limits, open_lifeline, run_process
 
 __all__ = [
     "FILE_SIZE_BYTES",
@@ -121,15 +125,17 @@ async def run_scorer(
     }
     scratch = tempfile.mkdtemp(prefix="hypertrain-score-")
     try:
-        proc = await run_process(
-            worker_argv(python),
-            env=worker_env(scratch, extra_env),
-            limits=worker_limits(challenge),
-            timeout=challenge.kill_after_ms / 1000,
-            output_cap=OUTPUT_CAP,
-            cwd="/",
-            stdin=json.dumps(request).encode("utf-8"),
-        )
+        with open_lifeline() as lifeline:
+            proc = await run_process(
+                worker_argv(python),
+                env=worker_env(scratch, extra_env) | lifeline.env,
+                limits=worker_limits(challenge),
+                timeout=challenge.kill_after_ms / 1000,
+                output_cap=OUTPUT_CAP,
+                cwd="/",
+                stdin=json.dumps(request).encode("utf-8"),
+                pass_fds=lifeline.pass_fds,
+            )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return classify(challenge, proc)

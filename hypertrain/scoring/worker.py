@@ -18,6 +18,9 @@ and stdout gets exactly one JSON line, with the exit status:
 
 Order of work (a promise: it is what keeps the sandbox tight):
 
+0. take the lifeline its parent passed (:func:`nurseries.lifeline_from_env`): once the parent
+   is gone, however it ended, the worker exits at once with :data:`EXIT_CRASH`
+   (:func:`nurseries.exit_when_lifeline_cut`), whatever it was doing;
 1. apply :data:`~hypertrain.scoring.jobs.SCORING_ENV` and import torch
    (:func:`hypertrain.trainer.determinism.configure`), then import every scorer and generate
    the wire converter's ``ModelSpec`` hook, so that nothing is loaded from disk later;
@@ -54,6 +57,7 @@ from hypertrain.scoring.jobs import SCORING_ENV, check_job_inputs
 from hypertrain.scoring.outcome import ERROR_MAX
 from hypertrain.scoring.registry import Challenge, UnknownChallenge, get_challenge
 from hypertrain.trainer.determinism import configure
+from nurseries import exit_when_lifeline_cut, lifeline_from_env
 
 __all__ = ["ERROR_MAX", "EXIT_BAD_INPUT", "EXIT_CRASH", "EXIT_OK", "REQUEST_MAX", "main"]
 
@@ -141,6 +145,9 @@ def _is_oom(e: BaseException) -> bool:
 
 def main() -> NoReturn:
     """Run one job (module doc)."""
+    lifeline = lifeline_from_env(os.environ)
+    if lifeline is not None:
+        exit_when_lifeline_cut(lifeline, EXIT_CRASH)
     try:
         configure(SCORING_ENV)
         from hypertrain.protocol.converter import converter

@@ -81,6 +81,7 @@ def _args(
 ) -> list[str]:
     token_file = tmp_path / "aggregator-admin-token"
     token_file.write_text(token + "\n")
+    token_file.chmod(0o600)
     return [
         "aggregate",
         "--api",
@@ -321,6 +322,7 @@ async def test_refusals_exit_with_a_clear_message(
             results["no token file"] = (await _aggregate(argv, transport), capsys.readouterr().err)
             empty = tmp_path / "empty-token"
             empty.write_text("\n")
+            empty.chmod(0o600)
             argv[argv.index("--admin-token-file") + 1] = str(empty)
             results["empty token"] = (await _aggregate(argv, transport), capsys.readouterr().err)
             # Round 0 merged, its tape unrecorded (as by an aggregator that stopped before
@@ -432,9 +434,16 @@ def test_usage_errors_exit_2_naming_the_problem(
         assert needle in capsys.readouterr().err, needle
     token = tmp_path / "token"
     token.write_text("secret\n")
+    token.chmod(0o600)
     argv = [*base[:-1], str(token), "--coord-key", str(tmp_path / "nokey"), "--once"]
     assert main(argv) == 2
     assert "--coord-key" in capsys.readouterr().err
+    token.chmod(0o644)  # what a plain `echo secret > token` makes: refused before any request
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"--admin-token-file {token}: mode 0644 lets others read it; run chmod 600 {token}" in err
+    )
 
 
 async def test_the_tape_route_records_only_k_coords_tape_of_that_round_once(

@@ -20,6 +20,7 @@ from hypertrain.trainer.determinism import env_vars
 from hypertrain.trainer.loop import RoundResult
 from tests.auditor.fake import API, TOKEN, FakeCoordinator, coordinator
 from tests.auditor.world import World, make_job
+from tests.cli_support import one_error_line
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = "ab" * 32
@@ -30,20 +31,13 @@ def _files(tmp_path: Path, seed: bytes = b"\x04" * 32) -> tuple[Path, Path]:
     key, token = tmp_path / "auditor.key", tmp_path / "token"
     write_seed_file(key, seed)
     token.write_text(TOKEN + "\n", encoding="utf-8")
+    token.chmod(0o600)
     return key, token
 
 
 def _argv(api: str, run: str, key: Path, token: Path, *extra: str) -> list[str]:
     return ["--api", api, "--run-id", run, "--token-file", str(token), "--keyfile", str(key),
             *extra]  # fmt: skip
-
-
-def _one_error_line(capsys: Capture) -> str:
-    captured = capsys.readouterr()
-    lines = captured.err.splitlines()
-    assert len(lines) == 1, captured.err
-    assert "Traceback" not in captured.err
-    return lines[0]
 
 
 def test_help(capsys: Capture) -> None:
@@ -70,22 +64,41 @@ def test_usage_errors_exit_2_with_one_line(argv: list[str], capsys: Capture) -> 
     with pytest.raises(SystemExit) as caught:
         main(argv)
     assert caught.value.code == 2
-    assert _one_error_line(capsys).startswith("hypertrain-auditor: error: ")
+    assert one_error_line(capsys).startswith("hypertrain-auditor: error: ")
 
 
 def test_unreadable_token_and_key_files_exit_2(tmp_path: Path, capsys: Capture) -> None:
     key, token = _files(tmp_path)
     assert main(_argv(API, RUN, key, tmp_path / "absent")) == 2
-    assert "--token-file" in _one_error_line(capsys)
+    assert "--token-file" in one_error_line(capsys)
     token.write_text("two tokens\n", encoding="utf-8")
     assert main(_argv(API, RUN, key, token)) == 2
-    assert "one token" in _one_error_line(capsys)
+    assert "one token" in one_error_line(capsys)
     token.write_text(TOKEN, encoding="utf-8")
     assert main(_argv(API, RUN, tmp_path / "absent.key", token)) == 2
-    assert "--keyfile" in _one_error_line(capsys)
+    assert "--keyfile" in one_error_line(capsys)
     os.chmod(key, 0o644)
     assert main(_argv(API, RUN, key, token)) == 2
-    assert "--keyfile" in _one_error_line(capsys)
+    assert "--keyfile" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o660], ids=oct)
+def test_a_token_file_others_may_read_or_a_symlink_is_refused(
+    tmp_path: Path, capsys: Capture, mode: int
+) -> None:
+    key, token = _files(tmp_path)
+    token.chmod(mode)
+    assert main(_argv(API, RUN, key, token)) == 2
+    assert f"--token-file {token}: mode {mode:04o} lets others read it; run chmod 600 {token}" in (
+        one_error_line(capsys)
+    )
+    token.chmod(0o600)
+    link = tmp_path / "link"
+    link.symlink_to(token)
+    assert main(_argv(API, RUN, key, link)) == 2
+    assert f"--token-file {link}: cannot open a symlink" in one_error_line(
+        capsys, stdout_empty=False
+    )
 
 
 def _run(fake: FakeCoordinator, world: World, tmp_path: Path, *extra: str, **kw: object) -> int:
@@ -97,7 +110,7 @@ def _run(fake: FakeCoordinator, world: World, tmp_path: Path, *extra: str, **kw:
 
 def test_once_when_idle_exits_0(carry: World, tmp_path: Path, capsys: Capture) -> None:
     assert _run(coordinator(carry), carry, tmp_path, "--once") == 0
-    assert "idle" in _one_error_line(capsys)
+    assert "idle" in one_error_line(capsys)
 
 
 def test_once_audits_one_job_and_prints_json(
@@ -116,7 +129,7 @@ def test_once_exits_1_when_the_job_fails(
 ) -> None:
     fake = coordinator(carry, make_job(carry, honest_carry, segments=[(2, 3)]))
     assert _run(fake, carry, tmp_path, "--once") == 1
-    line = _one_error_line(capsys)
+    line = one_error_line(capsys)
     assert "-> failed" in line
     assert "retry=no" in line
 
@@ -125,7 +138,7 @@ def test_a_key_that_is_not_an_auditor_exits_2(
     carry: World, tmp_path: Path, capsys: Capture
 ) -> None:
     assert _run(coordinator(carry), carry, tmp_path, "--once", seed=b"\x09" * 32) == 2
-    assert "is not an auditor" in _one_error_line(capsys)
+    assert "is not an auditor" in one_error_line(capsys)
 
 
 def test_an_env_the_process_cannot_match_exits_2(
@@ -146,7 +159,7 @@ def test_an_env_the_process_cannot_match_exits_2(
     world = attrs.evolve(carry, manifest=attrs.evolve(carry.manifest, reference_spec=ref))
     fake = coordinator(world)
     assert _run(fake, world, tmp_path, "--once", configure=default_configure) == 2
-    line = _one_error_line(capsys)
+    line = one_error_line(capsys)
     assert "determinism" in line
     assert "ATen" in line
     assert fake.paths("POST", "/v1/worker/lease") == []

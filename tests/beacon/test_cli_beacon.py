@@ -62,6 +62,7 @@ async def setup(tmp_path: Path, relay_b: str = "good") -> AsyncIterator[Setup]:
     chain = make_chain(wall)
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
     b_app: ASGIApp = {
         "good": local_chain_app(chain),
         "down": down_app(503),
@@ -138,6 +139,19 @@ async def test_push_malformed_token_file_exits_2(
         assert await s.push(once=True) == 2
         assert s.lines == []
         assert "admin token file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o620], ids=oct)
+async def test_push_token_file_others_may_read_exits_2_naming_the_fix(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, capsys: Capture, mode: int
+) -> None:
+    async with setup(tmp_path) as s:
+        s.token_file.chmod(mode)
+        assert await s.push(once=True) == 2
+        assert s.lines == []
+        err = capsys.readouterr().err
+        assert f"admin token file {s.token_file}: mode {mode:04o} lets others read it" in err
+        assert f"run chmod 600 {s.token_file}" in err
 
 
 async def test_push_max_failures_in_a_row_exits_1(
@@ -280,6 +294,7 @@ async def local_relay(state_dir: Path) -> AsyncIterator[dict[str, Any]]:
 async def test_the_real_pusher_against_real_local_relays(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
     with trio.fail_after(60):
         async with (
             local_relay(tmp_path / "chain") as one,

@@ -66,6 +66,7 @@ async def open_net(tmp_path: Path, extra: dict[str, ASGIApp] | None = None) -> A
     chain = make_chain(wall)
     token_file = tmp_path / "admin_token"
     token_file.write_text(f"  {TOKEN}\n")
+    token_file.chmod(0o600)
     async with open_database(tmp_path / "coord.db", wall_clock=wall) as db:
         coordinator = CoordinatorApp(db, chain.info, TOKEN, wall)
         apps: dict[str, ASGIApp] = {relay: local_chain_app(chain) for relay in RELAYS}

@@ -51,7 +51,7 @@ class FakeCoordinator:
     offers: list[dict[str, Any]] = attrs.field(factory=list)
     served: dict[tuple[str, str], bytes] = attrs.field(factory=dict)
     tokens: dict[str, str] = attrs.field(factory=dict)
-    lease_failures: list[int | type[Exception]] = attrs.field(factory=list)
+    lease_failures: list[int | httpx.Response | type[Exception]] = attrs.field(factory=list)
     disabled_until_ms: int | None = None
     post_status: int = 200
     stall: set[str] = attrs.field(factory=set)
@@ -173,6 +173,8 @@ class FakeCoordinator:
         self.lease_times.append(trio.current_time())
         if self.lease_failures:
             failure = self.lease_failures.pop(0)
+            if isinstance(failure, httpx.Response):
+                return failure
             if isinstance(failure, int):
                 return _answer(failure, {"detail": f"status {failure}"})
             raise failure("the fake network failed")

@@ -127,6 +127,30 @@ async def test_a_mint_is_not_repeated_once_the_request_may_have_arrived(
     assert len(seen) == 3
 
 
+async def test_a_server_error_is_retried_after_its_retry_after_and_not_past_the_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    seen: list[float] = []
+    asks = ["7"]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(trio.current_time())
+        if not asks:
+            return httpx.Response(200, json=REGISTERED)
+        return httpx.Response(503, json={"detail": "x"}, headers={"Retry-After": asks.pop(0)})
+
+    async with _client(handler) as client:
+        await client.register(KEY, None, ["delta-loss"], "cpu-generic")
+        # 7 s asked, more than the backoff's 0.5 s
+        assert [round(t - seen[0], 3) for t in seen] == [0.0, 7.0]
+        seen.clear()
+        asks[:] = ["40"]  # beyond the 30 s budget: no retry, and the wait travels with the error
+        with pytest.raises(Unreachable, match="503") as caught:
+            await client.register(KEY, None, ["delta-loss"], "cpu-generic")
+    assert len(seen) == 1
+    assert caught.value.retry_after == 40.0
+
+
 async def test_inputs_stream_from_the_coordinator_only_with_the_declared_size_as_a_cap(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:

@@ -296,6 +296,25 @@ async def test_server_and_network_errors_back_off_with_bounded_growing_waits(
     assert any("retrying in 60 s" in line for line in harness.lines)
 
 
+async def test_a_retry_after_is_the_least_wait_before_the_next_lease(
+    harness: Harness, autojump_clock: trio.testing.MockClock
+) -> None:
+    def asked(status: int, seconds: str) -> httpx.Response:
+        return httpx.Response(status, json={"detail": "later"}, headers={"Retry-After": seconds})
+
+    # a shutting-down coordinator's 503 and a 429 ask for more than the backoff would wait;
+    # an HTTP-date Retry-After is not understood: the backoff alone applies
+    harness.fake.lease_failures = [
+        asked(503, "20"),
+        asked(429, "9"),
+        asked(503, "Wed, 21 Oct 2015 07:28:00 GMT"),
+    ]
+    await harness.loop_for(100.0)
+    gaps = [round(b - a) for a, b in itertools.pairwise(harness.fake.lease_times)]
+    assert gaps[:4] == [20, 9, 4, 25]
+    assert any("HTTP 503: later; retrying in 20 s" in line for line in harness.lines)
+
+
 async def test_a_late_post_is_reported_and_not_fatal(
     harness: Harness, autojump_clock: trio.testing.MockClock
 ) -> None:

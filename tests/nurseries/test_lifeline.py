@@ -141,11 +141,12 @@ trio.run(main)
 """
 
 
-def test_a_real_child_stops_when_its_parent_end_is_closed() -> None:
-    """The kernel's part: inheritance through pass_fds, end-of-file on the last close."""
+def _cut_under(program: str) -> tuple[int, str]:
+    """Start ``python -c program`` holding a lifeline, wait for its ``ready`` line, cut the
+    lifeline; the child's exit status and what it printed after ``ready``."""
     with open_lifeline() as lifeline:
         child = subprocess.Popen(
-            [sys.executable, "-c", _CHILD],
+            [sys.executable, "-c", program],
             env={**os.environ, "PYTHONPATH": str(REPO), **lifeline.env},
             pass_fds=lifeline.pass_fds,
             stdout=subprocess.PIPE,
@@ -159,4 +160,23 @@ def test_a_real_child_stops_when_its_parent_end_is_closed() -> None:
         finally:
             child.kill()
             child.wait()
-    assert (child.returncode, out) == (0, "SIGHUP\n")
+    return child.returncode, out
+
+
+def test_a_real_child_stops_when_its_parent_end_is_closed() -> None:
+    """The kernel's part: inheritance through pass_fds, end-of-file on the last close."""
+    assert _cut_under(_CHILD) == (0, "SIGHUP\n")
+
+
+_SYNC_CHILD = """
+import os, time
+from nurseries import exit_when_lifeline_cut, lifeline_from_env
+
+exit_when_lifeline_cut(lifeline_from_env(os.environ), 7)
+print("ready", flush=True)
+time.sleep(3600)  # a long computation: only the watching thread can end the process
+"""
+
+
+def test_a_synchronous_child_exits_when_its_parent_end_is_closed() -> None:
+    assert _cut_under(_SYNC_CHILD) == (7, "")
