@@ -8,7 +8,8 @@ import hashlib
 import json
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -169,10 +170,13 @@ def test_not_a_directory_exits_2(tmp_path: Path, capsys: Capture) -> None:
     assert err.strip().endswith("not a directory")
 
 
-def _unused_port() -> int:
+@contextmanager
+def _refusing_url() -> Iterator[str]:
+    """A loopback URL whose port refuses connections for the block: a socket bound to it that
+    never listens holds it, so no other process can take it meanwhile."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -181,16 +185,16 @@ def _args(*argv: str) -> argparse.Namespace:
 
 def test_an_unreachable_daemon_exits_3(chain: Chain, tmp_path: Path, capsys: Capture) -> None:
     ckpt = write_dir(tmp_path / "ckpt", chain.checkpoint())
-    api = f"http://127.0.0.1:{_unused_port()}"
-    args = _args("verify-checkpoint", str(ckpt), "--replay", "--api", api)
-    assert verify_main(args, retry=ONCE) == 3
-    out, err = capsys.readouterr()
-    assert out == ""
-    assert err.startswith("hypertrain: daemon unreachable")
-    assert len(err.splitlines()) == 1
-    fetch = _args("checkpoint", "fetch", "--api", api, "--run-id", "a" * 64, "--out", "x")
-    assert fetch_main(fetch, retry=ONCE) == 3
-    assert capsys.readouterr().err.startswith("hypertrain: daemon unreachable")
+    with _refusing_url() as api:
+        args = _args("verify-checkpoint", str(ckpt), "--replay", "--api", api)
+        assert verify_main(args, retry=ONCE) == 3
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert err.startswith("hypertrain: daemon unreachable")
+        assert len(err.splitlines()) == 1
+        fetch = _args("checkpoint", "fetch", "--api", api, "--run-id", "a" * 64, "--out", "x")
+        assert fetch_main(fetch, retry=ONCE) == 3
+        assert capsys.readouterr().err.startswith("hypertrain: daemon unreachable")
 
 
 class FakeDaemon:

@@ -138,3 +138,13 @@ async def open_harness(
         with ledger:
             async with open_mounted_client({API: app}, base_url=API) as client:
                 yield Harness(ctx, client, chain, secrets, wall)
+
+
+class CapturedApp:
+    """An ``extra_routes`` hook that adds no route but keeps the app it was given (``.app``):
+    tests that read the app's URL map pass one."""
+
+    app: QuartTrio | None = None
+
+    def __call__(self, app: QuartTrio, _ctx: Coordinator) -> None:
+        self.app = app

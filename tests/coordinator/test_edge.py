@@ -20,11 +20,10 @@ from quart_trio import QuartTrio
 from werkzeug.routing import Rule
 from werkzeug.routing.converters import NumberConverter
 
-from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.web.http import HEADERS_LIMIT, U53Converter
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.object_auth import HEADER_EXP, sign_headers
-from tests.coordinator.harness import ADMIN_TOKEN, Harness, admin_headers
+from tests.coordinator.harness import ADMIN_TOKEN, CapturedApp, Harness, admin_headers
 from tests.coordinator.lifecycle_support import open_runs, push, ready_run, unpause
 
 RUN_ID = "ab" * 32
@@ -37,13 +36,6 @@ BODY_CASES = [
     ('{"key": null, "handle": "\\ud800"}', "a string holds a lone surrogate"),
     ('{"key": "\\udfff\\ud800", "handle": null}', "a string holds a lone surrogate"),
 ]
-
-
-class _Captured:
-    app: QuartTrio | None = None
-
-    def __call__(self, app: QuartTrio, _ctx: Coordinator) -> None:
-        self.app = app
 
 
 def _u53_rules(app: QuartTrio) -> Iterator[tuple[Rule, str]]:
@@ -112,7 +104,7 @@ async def test_every_integer_path_parameter_is_bounded_before_the_handler(
 ) -> None:
     """Every ``<u53:...>`` of the app, with and without the admin token: a 400 naming the
     parameter, and no transaction ran (the converter answers before the handler)."""
-    captured = _Captured()
+    captured = CapturedApp()
     async with open_runs(tmp_path, extra_routes=captured) as h:
         run_id = await _running(h)
         assert captured.app is not None
@@ -133,7 +125,7 @@ async def test_every_integer_path_parameter_is_bounded_before_the_handler(
 
 
 async def test_no_route_uses_werkzeugs_unbounded_number_converters(tmp_path: Path) -> None:
-    captured = _Captured()
+    captured = CapturedApp()
     async with open_runs(tmp_path, extra_routes=captured):
         assert captured.app is not None
         converters = [

@@ -16,9 +16,7 @@ from pathlib import Path
 import httpx
 import trio
 import trio.testing
-from quart_trio import QuartTrio
 
-from hypertrain.coordinator.context import Coordinator
 from tests.coordinator.fuzz_support import (
     Credentials,
     FuzzRequest,
@@ -27,7 +25,13 @@ from tests.coordinator.fuzz_support import (
     check_answer,
     routes_of,
 )
-from tests.coordinator.harness import ADMIN_TOKEN, INTERNAL_TOKEN, WORKER_TOKEN, Harness
+from tests.coordinator.harness import (
+    ADMIN_TOKEN,
+    INTERNAL_TOKEN,
+    WORKER_TOKEN,
+    CapturedApp,
+    Harness,
+)
 from tests.coordinator.lifecycle_support import MINERS, open_runs, push, ready_run, unpause
 
 SEED = 18
@@ -40,13 +44,6 @@ write of ``/health``."""
 
 ANSWER_BOUND = 120.0
 """Virtual seconds one request may take (a long poll holds 25 s)."""
-
-
-class _Captured:
-    app: QuartTrio | None = None
-
-    def __call__(self, app: QuartTrio, _ctx: Coordinator) -> None:
-        self.app = app
 
 
 async def _exchange(
@@ -116,7 +113,7 @@ async def setup_credentials(h: Harness) -> Credentials:
 async def test_no_request_of_the_fuzz_corpus_gets_a_5xx_or_a_bare_error(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    captured = _Captured()
+    captured = CapturedApp()
     async with open_runs(tmp_path, extra_routes=captured) as h:
         creds = await setup_credentials(h)
         assert captured.app is not None
