@@ -135,8 +135,8 @@ def job_copies(conn: sqlite3.Connection, job_id: str) -> list[Copy]:
 def counted(conn: sqlite3.Connection, job_id: str) -> list[Copy]:
     """The answered copies of ``job_id`` in the order their answers were counted."""
     rows = conn.execute(
-        f"SELECT {_COPY_COLUMNS} FROM compute_copies WHERE job_id = ? AND state = 'answered'"
-        " ORDER BY answer_order",
+        f"SELECT {_COPY_COLUMNS} FROM compute_copies WHERE job_id = ? AND +state = 'answered'"
+        " ORDER BY answer_order",  # +state: the job's copies, not every answered copy
         (job_id,),
     ).fetchall()
     return [_copy(r) for r in rows]

@@ -31,8 +31,12 @@ __all__ = ["expire_due", "fallback_due", "next_deadline_ms"]
 
 _WAITING = (
     "state = 'queued' AND EXISTS (SELECT 1 FROM compute_copies c"
-    " WHERE c.job_id = compute_jobs.job_id AND c.state = 'queued')"
+    " WHERE c.job_id = compute_jobs.job_id AND +c.state = 'queued')"
 )
+"""A job still waiting for nodes. Each query here is bounded by the work at hand, never by the
+book's history (tests/compute/test_book_plans.py): ``+c.state`` keeps SQLite off the
+``(state, queued_ms)`` index, which would scan every queued copy for each job, and onto the
+job's own copies; leases are found through the partial deadline index of leased copies."""
 
 
 def expire_due(
@@ -40,8 +44,10 @@ def expire_due(
 ) -> list[Event]:
     """Expire overdue leases (module doc)."""
     rows = conn.execute(
-        "SELECT c.copy_id, j.challenge FROM compute_copies c JOIN compute_jobs j USING (job_id)"
-        " WHERE c.state = 'leased' AND c.deadline_ms < ? ORDER BY c.deadline_ms, c.copy_id",
+        "SELECT c.copy_id, j.challenge"
+        " FROM compute_copies c INDEXED BY compute_copies_by_deadline JOIN compute_jobs j"
+        " USING (job_id) WHERE c.state = 'leased' AND c.deadline_ms < ?"
+        " ORDER BY c.deadline_ms, c.copy_id",
         (now_ms,),
     ).fetchall()
     events: list[Event] = []
@@ -67,11 +73,13 @@ def fallback_due(conn: sqlite3.Connection, now_ms: int) -> list[Event]:
 
 def next_deadline_ms(conn: sqlite3.Connection) -> int | None:
     """When the reaper should next call :func:`expire_due` / :func:`fallback_due`."""
-    (lease_due,) = conn.execute(
-        "SELECT min(deadline_ms) + 1 FROM compute_copies WHERE state = 'leased'"
+    lease_due = conn.execute(
+        "SELECT deadline_ms + 1 FROM compute_copies INDEXED BY compute_copies_by_deadline"
+        " WHERE state = 'leased' ORDER BY deadline_ms LIMIT 1"
     ).fetchone()
-    (wait_due,) = conn.execute(
-        f"SELECT min(wait_deadline_ms) FROM compute_jobs WHERE {_WAITING}"
+    wait_due = conn.execute(
+        f"SELECT wait_deadline_ms FROM compute_jobs WHERE {_WAITING}"
+        " ORDER BY wait_deadline_ms LIMIT 1"
     ).fetchone()
-    due = [int(t) for t in (lease_due, wait_due) if t is not None]
+    due = [int(row[0]) for row in (lease_due, wait_due) if row is not None]
     return min(due) if due else None

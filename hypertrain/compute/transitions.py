@@ -79,7 +79,8 @@ def queue_copy(
 def _cancel(conn: sqlite3.Connection, job_id: str, states: tuple[str, ...]) -> None:
     marks = ", ".join("?" * len(states))
     conn.execute(
-        f"UPDATE compute_copies SET state = 'cancelled' WHERE job_id = ? AND state IN ({marks})",
+        # +state: through the job's own copies, not every copy in those states
+        f"UPDATE compute_copies SET state = 'cancelled' WHERE job_id = ? AND +state IN ({marks})",
         (job_id, *states),
     )
 
@@ -92,7 +93,7 @@ def send_to_fallback(
         _cancel(conn, job.job_id, ("queued", "leased"))
         conn.execute(
             "UPDATE compute_copies SET verdict = 'none'"
-            " WHERE job_id = ? AND state = 'answered' AND verdict IS NULL",
+            " WHERE job_id = ? AND +state = 'answered' AND verdict IS NULL",
             (job.job_id,),
         )
         conn.execute(
