@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from pathlib import Path
 
@@ -121,3 +122,17 @@ async def test_a_damaged_ledger_journal_or_other_ledger_settings_refuse_to_start
     journal.write_bytes(bytes(data))
     with pytest.raises(ConfigError, match=r"^ledger: .*offset 0"):
         await serve_daemon(settings, wall=VirtualClock(EPOCH))
+
+
+async def test_a_shutdown_as_a_beacon_round_wakes_the_services_fails_none_of_them(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The shutdown is asked in the very step a round arrives, so every service waiting on the
+    beacon is woken but has not yet run: each must still end by cancellation, and none may
+    return or fail (the supervisor would log it and schedule a restart)."""
+    caplog.set_level(logging.WARNING, logger="nurseries")
+    async with running_daemon(_settings(tmp_path)) as handle:
+        await handle.ctx.beacon.wait_round(handle.ctx.beacon.latest + 3)
+        handle.request_shutdown()  # no checkpoint since the round woke everyone
+    failures = [r.getMessage() for r in caplog.records if r.name.startswith("nurseries")]
+    assert failures == []
