@@ -34,7 +34,12 @@ from hypertrain.aggregator.merge import MergeResult, Params, aggregate_round
 from hypertrain.aggregator.outerstate import OuterState
 from hypertrain.protocol.manifest import VerifySpec
 from hypertrain.protocol.ss58 import ss58_encode
-from hypertrain.rounds.audit import RosterMember, roster_entries, select_for_audit
+from hypertrain.rounds.audit import (
+    RosterMember,
+    audit_reasons,
+    roster_entries,
+    select_for_audit,
+)
 from hypertrain.trainer.codec import F32Array
 
 Delta = Mapping[str, F32Array]
@@ -53,10 +58,12 @@ def hotkey(name: str) -> str:
 
 @attrs.frozen
 class Roster:
-    """Who is bonded, and the manifest's audit parameters (``verify``)."""
+    """Who is bonded, the manifest's audit parameters (``verify``), and whether the previous
+    merge's copy screen raises ``q`` (``copy_screen``: on, as the coordinator does)."""
 
     verify: VerifySpec
     bonded: frozenset[str] = frozenset()
+    copy_screen: bool = True
 
     def selected(
         self,
@@ -69,18 +76,23 @@ class Roster:
         """The miners of ``active`` that round ``w``'s draw audits (all of them commit);
         each name stands for the hotkey :func:`hotkey` gives it."""
         names = {hotkey(name): name for name in active}
-        members = [
-            RosterMember(
-                hotkey=h,
-                bond=name in self.bonded,
-                flags=frozenset({"copy"}) if name in raised else frozenset(),
-                admitted_w=0,
-            )
-            for h, name in names.items()
-        ]
+        members = [self._member(name, raised) for name in active]
         entries = roster_entries(members, w, self.verify)
         return sorted(
             names[h] for h in select_for_audit(run_id, w, fake_beacon_sig(seed, w), entries)
+        )
+
+    def reasons(self, w: int, name: str, raised: Collection[str]) -> tuple[str, ...]:
+        """Why ``name`` is audited at ``q = 1`` in round ``w`` (``("random",)``: ``q_base``)."""
+        return audit_reasons(self._member(name, raised), w, self.verify)
+
+    def _member(self, name: str, raised: Collection[str]) -> RosterMember:
+        copy = self.copy_screen and name in raised
+        return RosterMember(
+            hotkey=hotkey(name),
+            bond=name in self.bonded,
+            flags=frozenset({"copy"}) if copy else frozenset(),
+            admitted_w=0,
         )
 
 

@@ -22,11 +22,13 @@ operator measures in a trial round before sealing the manifest). ``--manifest-ou
 test-mode manifest's own values (1, 1, 1) instead.
 
 **Rows.** Each attack runs from the same seed with: a plain mean merge (the same outer step with
-preclip and CenteredClip turned off: both at the float32 maximum, where one CenteredClip
-iteration from the centre is the mean); the robust merge alone; the robust merge plus the
-protocol's audits with the attackers new and unbonded (on probation, ``q = 1``); the robust merge
-plus audits with the attackers bonded (``q_base``). The audit model (bench/_byzantine_chain.py)
-uses the project's audit-rate rule, selection draw and rollback-by-remerge. A selected
+preclip and CenteredClip turned off: both at the float32 maximum, one CenteredClip iteration from
+the centre, which is the mean); the robust merge alone; the robust merge plus the protocol's
+audits with the attackers new and unbonded (on probation, ``q = 1``); the same with the
+attackers bonded (``q_base``, raised to 1 after a merge whose copy screen flags them, as the
+coordinator does); and bonded with the copy screen's raise ignored (``q_base`` only). The audit
+model (bench/_byzantine_chain.py) uses the project's audit-rate rule, selection draw and
+rollback-by-remerge; ``caught`` names each faulted miner, its round and why it was drawn. A selected
 corrupted upload always fails its audit. The upload must hash to the committed ``delta_hash``,
 so the attacker commits to the corrupted delta; the auditor replays the final window (always; in
 full mode every step, from the public start state) on the assigned samples and rebuilds the
@@ -146,7 +148,8 @@ class Trainer:
 @attrs.frozen
 class Outcome:
     loss: float
-    caught: tuple[tuple[str, int], ...]
+    caught: tuple[tuple[str, int, str], ...]
+    """(miner, round of the fault, the audit reason that selected it)"""
     stats: tuple[RoundStats, ...]
 
 
@@ -174,13 +177,15 @@ def run(
         chain.blacklist |= bad
     cursor = 0
     pending: dict[int, list[str]] = {}
-    caught: list[tuple[str, int]] = []
+    caught: list[tuple[str, int, str]] = []
+    why: dict[tuple[str, int], str] = {}
     stats: list[RoundStats] = []
     for w in range(setup.rounds):
         active = [n for n in names if n not in chain.blacklist]
         if audits is not None:
             drawn = audits.selected(RUN_ID, w, active, chain.raised, setup.seed)
             pending[w] = [h for h in drawn if h in bad]
+            why.update({(h, w): audits.reasons(w, h, chain.raised)[0] for h in pending[w]})
         theta = chain.state.theta
         deltas: dict[str, Delta] = {}
         for name in active:
@@ -198,7 +203,7 @@ def run(
         faulted = [h for h in pending.pop(w - 1, []) if h not in chain.blacklist]
         if faulted:
             chain.rollback(w - 1, faulted)
-            caught += [(h, w - 1) for h in faulted]
+            caught += [(h, w - 1, why[h, w - 1]) for h in faulted]
     loss = heldout_loss(manifest.model, chain.state.theta, setup.holdout, 16)
     return Outcome(loss, tuple(caught), tuple(stats))
 
@@ -241,9 +246,9 @@ def _row(mode: str, merge: str, got: Outcome, base: float | None) -> float:
     gap = got.loss / base - 1 if base else 0.0
     rel = f"{gap:>+10.2%}" if base else f"{'':>10}"
     verdict = ("within 1%" if gap <= GOAL else "NOT within 1%") if base else ""
-    caught = " ".join(f"{h}@{w}" for h, w in got.caught) or "-"
+    caught = " ".join(f"{h}@{w}({why})" for h, w, why in got.caught) or "-"
     caught = caught if "audits" in merge else ""
-    print(f"{mode:<12}{merge:<22}{got.loss:>10.4f}{rel}  {verdict:<14}{caught}")
+    print(f"{mode:<12}{merge:<24}{got.loss:>10.4f}{rel}  {verdict:<14}{caught}")
     return gap
 
 
@@ -315,7 +320,7 @@ def main() -> None:
         )
         base = run(setup, trainer, None, robust)
         _print_stats("all honest, robust merge (the baseline)", base)
-        print(f"{'mode':<12}{'merge':<22}{'held-out':>10}{'vs base':>10}  {'goal':<14}caught")
+        print(f"{'mode':<12}{'merge':<24}{'held-out':>10}{'vs base':>10}  {'goal':<14}caught")
         _row("all honest", "robust (baseline)", base, None)
         _row("all honest", "plain mean", run(setup, trainer, None, mean), base.loss)
         if not args.no_audits:
@@ -328,12 +333,14 @@ def main() -> None:
         verdicts: list[tuple[str, float]] = []
         probation = Roster(verify)
         bonded = Roster(verify, frozenset(setup.names[: args.byzantine]))
+        q_base = attrs.evolve(bonded, copy_screen=False)
         for label, attack in attacks.items():
             rows: list[tuple[str, Params, Roster | None]] = [("robust", robust, None)]
             if not args.no_audits:
                 rows += [
                     ("robust + audits, new", robust, probation),
                     ("robust + audits, bonded", robust, bonded),
+                    ("robust + audits, q_base", robust, q_base),
                 ]
             if not args.no_mean:
                 rows.append(("plain mean", mean, None))

@@ -124,3 +124,15 @@ def test_the_draw_follows_the_audit_rate_rule() -> None:
     # After probation an unbonded miner drops to q_base too.
     late = range(VERIFY.probation_rounds, VERIFY.probation_rounds + 10)
     assert sum(len(new.selected(RUN_ID, w, NAMES, (), 0)) for w in late) < len(NAMES) * 10
+
+
+def test_the_copy_screen_raise_can_be_ignored_and_reasons_are_named() -> None:
+    bonded = chain_mod.Roster(VERIFY, frozenset(NAMES))
+    plain = chain_mod.Roster(VERIFY, frozenset(NAMES), copy_screen=False)
+    rounds = range(20)
+    assert [plain.selected(RUN_ID, w, NAMES, ("m01",), 0) for w in rounds] == [
+        bonded.selected(RUN_ID, w, NAMES, (), 0) for w in rounds
+    ]
+    assert bonded.reasons(0, "m01", ("m01",)) == ("outlier",)
+    assert plain.reasons(0, "m01", ("m01",)) == ("random",)
+    assert chain_mod.Roster(VERIFY).reasons(0, "m01", ()) == ("probation",)
