@@ -3,7 +3,9 @@
 Run: ``.venv/bin/python bench/aggregator.py [--miners 16] [--params 1048576] [--iters 1]``.
 Prints ms for norm over 4.3M params, one CenteredClip iteration, the copy screen and a round, then
 CenteredClip + Nesterov next to one numpy pass over the stacked deltas (16 x 1M and 16 x the
-example model's 4,329,216), in the same run, with the ratio.
+example model's 4,329,216), in the same run, with the ratio (goal of issue 17: at most 10x), and
+``aggregate_round`` at 16, 64 and 256 miners x 1M params with the growth per 4x miners (goal: at
+most 5x). ``--scale-miners ''`` skips the scaling part.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ def main() -> None:
     ap.add_argument("--miners", type=int, default=16)
     ap.add_argument("--params", type=int, default=1 << 20)
     ap.add_argument("--iters", type=int, default=1)
+    ap.add_argument("--scale-miners", default="16,64,256")
+    ap.add_argument("--scale-params", type=int, default=1 << 20)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     big = _model(rng, 4_300_000, 1.0)
@@ -72,6 +76,9 @@ def main() -> None:
     print(f"  aggregate_round: {total:.1f} ms")
     for size in (args.params, EXAMPLE_PARAMS):
         _versus_numpy(rng, args.miners, size, params)
+    counts = [int(m) for m in args.scale_miners.split(",") if m]
+    if counts:
+        _scaling(rng, counts, args.scale_params, params)
 
 
 EXAMPLE_PARAMS = 4_329_216
@@ -97,6 +104,20 @@ def _versus_numpy(rng: np.random.Generator, miners: int, size: int, params: Para
         f"{miners} x {size:,}: CenteredClip + Nesterov {a:.1f} ms, numpy mean over the stack "
         f"{b:.1f} ms, ratio {a / b:.1f}x"
     )
+
+
+def _scaling(rng: np.random.Generator, counts: list[int], size: int, params: Params) -> None:
+    """``aggregate_round`` at each miner count (one run each, same state) and the growth."""
+    state = OuterState.genesis(_model(rng, size, 1.0))
+    pool = {f"miner{i:03d}": _model(rng, size, 1e-3) for i in range(max(counts))}
+    times: list[float] = []
+    for m in counts:
+        deltas = {hk: pool[hk] for hk in list(pool)[:m]}
+        times.append(_ms(lambda d=deltas: aggregate_round(state, d, params), repeat=1))
+        print(f"aggregate_round {m} miners x {size:,}: {times[-1]:.1f} ms")
+    for i in range(1, len(counts)):
+        m0, m1, t0, t1 = counts[i - 1], counts[i], times[i - 1], times[i]
+        print(f"  growth {m0} -> {m1} miners ({m1 / m0:.0f}x): {t1 / t0:.2f}x")
 
 
 if __name__ == "__main__":

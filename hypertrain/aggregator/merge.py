@@ -8,7 +8,13 @@ Everything here is part of the protocol: a tape replays it bit for bit. The arit
   (element-wise results do not depend on the name order; the hotkey order matters for ``acc``).
 * **Norms** ``r = sqrt(S)`` where ``S`` is ``math.fsum`` of the exact float64 squares of every
   element of every tensor, i.e. the exactly rounded sum (computed by :mod:`.exact`), and
-  ``sqrt`` is the correctly rounded float64 ``math.sqrt``.
+  ``sqrt`` is the correctly rounded float64 ``math.sqrt``. Preclip and CenteredClip use ``r``
+  only through ``r <= x`` and ``f32(x / r)``; they decide both from a float64 sum with a proven
+  error bound and compute the exact sum only when the bound leaves the answer open
+  (:mod:`.bounded`), so the results are those of the exact norm, bit for bit.
+* **Chunks**: element-wise loops run over chunks of each tensor (:data:`.bounded.CHUNK`
+  elements) so the buffers stay in the CPU cache; each element still sees exactly the operations
+  below in the order given, so chunking changes no bit.
 * **Scalars** from the manifest are float32 values. A ratio such as ``preclip_norm / r`` is one
   float64 division of the float32 value by the float64 norm, then rounded to float32; the
   comparisons ``r <= preclip_norm`` and ``r <= tau`` are made in float64.
@@ -25,7 +31,9 @@ from typing import Literal, Protocol
 
 import attrs
 import numpy as np
+import numpy.typing as npt
 
+from hypertrain.aggregator.bounded import CHUNK, SquareSum, decide, scale_for, segments
 from hypertrain.aggregator.copyscreen import CopyFlag, copy_screen
 from hypertrain.aggregator.exact import ExactSum, split_f32
 from hypertrain.aggregator.outerstate import OuterState
@@ -143,17 +151,34 @@ def norm(tensors: Tensors) -> float:
     return math.sqrt(acc.value())
 
 
+def _flat(array: F32Array) -> F32Array:
+    """``array`` as a 1-d float32 array: a view when it is C-contiguous, else a copy."""
+    out: F32Array = np.ravel(np.asarray(array, dtype=_F32))
+    return out
+
+
+def _wide() -> npt.NDArray[np.float64]:
+    return np.empty(CHUNK, dtype=np.float64)
+
+
 def preclip(delta: Tensors, preclip_norm: float) -> tuple[dict[str, F32Array], bool]:
     """``(delta, False)`` if ``r <= preclip_norm``, else ``(delta * f32(preclip_norm / r), True)``.
 
     ``r = norm(delta)``; the scale is one float64 division rounded to float32, applied with one
     float32 multiplication per element. The unclipped result holds the input arrays themselves.
+    The decision comes from a bounded float64 sum when it proves it (:mod:`.bounded`), else from
+    the exact norm.
     """
-    r = norm(delta)
-    if r <= preclip_norm:
+    names = _names(delta)
+    flats = {name: _flat(delta[name]) for name in names}
+    sq, wide = SquareSum(), _wide()
+    for name, sl in segments(flats, names):
+        sq.add(flats[name][sl], wide)
+    decided = decide(*sq.bounds(), preclip_norm)
+    within, scale = decided or scale_for(norm(delta), preclip_norm)
+    if within:
         return dict(delta), False
-    scale = _F32(preclip_norm / r)
-    out = {name: np.empty_like(delta[name], dtype=_F32) for name in _names(delta)}
+    out = {name: np.empty_like(delta[name], dtype=_F32) for name in names}
     for name, array in out.items():
         np.multiply(delta[name], scale, out=array)  # out= keeps 0-d results arrays
     return out, True
@@ -185,6 +210,9 @@ def centered_clip(
         g = v
 
     ``diff * s`` is skipped when ``s == 1`` (``x * 1 == x`` bit for bit for finite ``x``).
+    Each iteration makes two passes over the chunks: the first sums every ``diff**2`` in float64
+    with a proven bound, which decides ``s`` (:mod:`.bounded`; the exact norm only when it does
+    not), the second recomputes ``diff`` and accumulates ``acc`` and ``v`` chunk by chunk.
     With no contributions ``g`` is all zeros (shaped like ``center``) and the weight "00000000".
     ``deltas`` must already have ``center``'s names and shapes (see :func:`validate_delta`).
     """
@@ -196,31 +224,48 @@ def centered_clip(
     w = _F32(1) / _F32(len(ids))
     one = _F32(1)
     v = {name: np.array(center[name], dtype=_F32) for name in names}
-    diff = {name: np.empty_like(v[name]) for name in names}
+    vflat = {name: v[name].reshape(-1) for name in names}  # views of v
+    flats = {hk: {name: _flat(deltas[hk][name]) for name in names} for hk in ids}
+    plan = list(segments(vflat, names))
+    t, acc, wide = np.empty(CHUNK, dtype=_F32), np.empty(CHUNK, dtype=_F32), _wide()
     scales: dict[str, list[str]] = {hk: [] for hk in ids}
     for _ in range(iters):
-        acc = {name: np.zeros_like(v[name]) for name in names}
+        sums = {hk: SquareSum() for hk in ids}
+        for name, sl in plan:  # pass 1: every diff's bounded sum of squares
+            vv = vflat[name][sl]
+            tt = t[: vv.shape[0]]
+            for hk in ids:
+                np.subtract(flats[hk][name][sl], vv, out=tt)
+                sums[hk].add(tt, wide)
+        factor: dict[str, np.float32] = {}
         for hk in ids:
-            delta = deltas[hk]
-            sq = ExactSum()
-            for name in names:
-                np.subtract(delta[name], v[name], out=diff[name])
-                parts = split_f32(diff[name])
-                sq.add_parts(parts, parts)
-            r = math.sqrt(sq.value())
-            s = one if r <= tau else _F32(tau / r)
-            scales[hk].append(f32_hex(float(s)))
-            for name in names:
-                t = diff[name]
-                if s != one:
-                    np.multiply(t, s, out=t)
-                np.multiply(t, w, out=t)
-                np.add(acc[name], t, out=acc[name])
-        for name in names:
-            np.add(v[name], acc[name], out=v[name])
+            decided = decide(*sums[hk].bounds(), tau)
+            _, factor[hk] = decided or scale_for(_diff_norm(deltas[hk], v, names), tau)
+            scales[hk].append(f32_hex(float(factor[hk])))
+        for name, sl in plan:  # pass 2: acc, then v = v + acc, chunk by chunk
+            vv = vflat[name][sl]
+            n = vv.shape[0]
+            tt, aa = t[:n], acc[:n]
+            aa.fill(0)
+            for hk in ids:
+                np.subtract(flats[hk][name][sl], vv, out=tt)
+                if factor[hk] != one:
+                    np.multiply(tt, factor[hk], out=tt)
+                np.multiply(tt, w, out=tt)
+                np.add(aa, tt, out=aa)
+            np.add(vv, aa, out=vv)
     return CClipResult(
         g=v, weight_hex=f32_hex(float(w)), scales={hk: tuple(s) for hk, s in scales.items()}
     )
+
+
+def _diff_norm(delta: Tensors, v: Tensors, names: list[str]) -> float:
+    """The exact ``sqrt(fsum((delta - v)**2))`` (float32 differences), for undecided bounds."""
+    sq = ExactSum()
+    for name in names:
+        parts = split_f32(np.subtract(delta[name], v[name], dtype=_F32))
+        sq.add_parts(parts, parts)
+    return math.sqrt(sq.value())
 
 
 def outer_step(state: OuterState, g: Tensors, params: Params) -> OuterState:
@@ -234,17 +279,21 @@ def outer_step(state: OuterState, g: Tensors, params: Params) -> OuterState:
     theta: dict[str, F32Array] = {}
     u: dict[str, F32Array] = {}
     center: dict[str, F32Array] = {}
+    t = np.empty(CHUNK, dtype=_F32)
     for name in _names(state.theta):
-        u_new = np.empty_like(state.u[name], dtype=_F32)
-        np.multiply(mu, state.u[name], out=u_new)
-        np.add(u_new, g[name], out=u_new)  # u' = (mu * u) + g
-        t = np.empty_like(u_new)
-        np.multiply(mu, u_new, out=t)
-        np.add(g[name], t, out=t)
-        np.multiply(eta, t, out=t)
-        theta[name] = np.empty_like(t)
-        np.subtract(state.theta[name], t, out=theta[name])  # theta - eta * (g + mu * u')
-        u[name] = u_new
+        u[name] = np.empty_like(state.u[name], dtype=_F32)
+        theta[name] = np.empty_like(state.theta[name], dtype=_F32)
+        u_in, g_in, th_in = _flat(state.u[name]), _flat(g[name]), _flat(state.theta[name])
+        u_out, th_out = u[name].reshape(-1), theta[name].reshape(-1)
+        for start in range(0, u_out.shape[0], CHUNK):
+            sl = slice(start, start + CHUNK)
+            un, tt = u_out[sl], t[: u_out[sl].shape[0]]
+            np.multiply(mu, u_in[sl], out=un)
+            np.add(un, g_in[sl], out=un)  # u' = (mu * u) + g
+            np.multiply(mu, un, out=tt)
+            np.add(g_in[sl], tt, out=tt)
+            np.multiply(eta, tt, out=tt)
+            np.subtract(th_in[sl], tt, out=th_out[sl])  # theta - eta * (g + mu * u')
         center[name] = np.array(g[name], dtype=_F32)
     return OuterState(theta=theta, u=u, center=center)
 
