@@ -7,11 +7,14 @@ and returns which, as a value rather than an exception:
 - `TimedOut`: the Trio clock reached ``deadline`` first;
 - `Stopping`: ``waiter.close()`` was called (now or earlier).
 
-``notify`` is a plain function: it never blocks, wakes exactly the tasks waiting on that key at
-the moment of the call (a task that starts waiting afterwards waits for the next notify) and
-returns how many it woke. If a deadline and a notify land in the same instant the notification
-wins. A waiter that is cancelled from outside raises ``trio.Cancelled`` as usual; a value
-notified to it just before is lost with it (``notify`` counted it as woken).
+``notify`` is a plain function: it never blocks, wakes the tasks waiting on that key at the
+moment of the call (a task that starts waiting afterwards waits for the next notify) and
+returns how many it woke: all of them, or with ``limit=n`` the ``n`` that have waited longest
+(first come, first served: a new piece of work wakes one waiter, not a herd). `waiting` says
+how many wait on a key. If a deadline and a notify land in the same instant the notification
+wins. A waiter that is cancelled from outside raises ``trio.Cancelled`` as usual, unless it
+was notified first: then it returns `Notified` (its caller's next checkpoint raises), so a
+caller that may be cancelled while it acts on a notification passes it on itself.
 
 Memory is bounded by the tasks currently waiting: a key's entry is dropped as soon as it has
 no waiters, whether they were notified, timed out or cancelled.
@@ -19,6 +22,7 @@ no waiters, whether they were notified, timed out or cancelled.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Hashable
 from typing import Generic, TypeVar, cast, overload
 
@@ -85,7 +89,8 @@ class KeyedWaiter(Generic[K, V]):
     """Tasks wait on keys; `notify` wakes one key's waiters, `close` wakes all for good."""
 
     def __init__(self) -> None:
-        self._slots: dict[K, set[_Slot[V]]] = {}
+        self._slots: dict[K, dict[_Slot[V], None]] = {}
+        """Each key's waiting tasks, longest waiting first (a dict keeps insertion order)."""
         self._waiting = 0
         self._closed = False
 
@@ -99,7 +104,7 @@ class KeyedWaiter(Generic[K, V]):
             await trio.lowlevel.checkpoint()
             return Stopping()
         slot: _Slot[V] = _Slot()
-        self._slots.setdefault(key, set()).add(slot)
+        self._slots.setdefault(key, {})[slot] = None
         self._waiting += 1
         try:
             with trio.move_on_at(deadline):
@@ -109,27 +114,39 @@ class KeyedWaiter(Generic[K, V]):
                 self._waiting -= 1
             slots = self._slots.get(key)
             if slots is not None:
-                slots.discard(slot)
+                slots.pop(slot, None)
                 if not slots:
                     del self._slots[key]
         return TimedOut() if slot.result is None else slot.result
 
     @overload
-    def notify(self: KeyedWaiter[K, None], key: K) -> int: ...
+    def notify(self: KeyedWaiter[K, None], key: K, *, limit: int | None = None) -> int: ...
 
     @overload
-    def notify(self, key: K, value: V) -> int: ...
+    def notify(self, key: K, value: V, *, limit: int | None = None) -> int: ...
 
-    def notify(self, key: K, value: V | None = None) -> int:
-        """Wake every task waiting on ``key`` now with `Notified(value)`; return how many."""
-        slots = self._slots.pop(key, None)
+    def notify(self, key: K, value: V | None = None, *, limit: int | None = None) -> int:
+        """Wake the tasks waiting on ``key`` now with `Notified(value)`: all of them, or the
+        ``limit`` that have waited longest; return how many."""
+        slots = self._slots.get(key)
         if not slots:
             return 0
+        if limit is None or limit >= len(slots):
+            woken = list(slots)
+            del self._slots[key]
+        else:
+            woken = list(itertools.islice(slots, max(limit, 0)))
+            for slot in woken:
+                del slots[slot]
         result = Notified(cast("V", value))
-        for slot in slots:
+        for slot in woken:
             slot.wake(result)
-        self._waiting -= len(slots)
-        return len(slots)
+        self._waiting -= len(woken)
+        return len(woken)
+
+    def waiting(self, key: K) -> int:
+        """How many tasks wait on ``key`` now (and were not woken yet)."""
+        return len(self._slots.get(key, ()))
 
     def close(self) -> int:
         """Wake every waiter with `Stopping`; later waits return it at once. Returns how many.

@@ -108,7 +108,8 @@ def enqueue_step(
             " VALUES (?, ?, ?, 'queued', ?)",
             (f"{job_id}.{seq}", job_id, seq, now_ms),
         )
-    return job_id, [("queued", {"job": job_id, "challenge": challenge_id, "trace": step})]
+    queued = {"job": job_id, "challenge": challenge_id, "trace": step, "copies": _FIRST_COPIES}
+    return job_id, [("queued", queued)]
 
 
 def job_scores(conn: sqlite3.Connection, subject: Mapping[str, Any]) -> list[Job]:

@@ -129,7 +129,10 @@ def submit_result(
         if job.state == "queued":
             queue_copy(conn, job, challenge, now_ms, settings, fresh_window=False)
             requeued.append(
-                ("queued", {"job": job.job_id, "challenge": job.challenge, "trace": job.step})
+                (
+                    "queued",
+                    {"job": job.job_id, "challenge": job.challenge, "trace": job.step, "copies": 1},
+                )
             )
         return _respond(conn, copy_id, ResultStatus(copy=copy_id, status="released"), requeued)
     _record(conn, copy, answer, "answered", now_ms)

@@ -21,7 +21,8 @@ import pytest
 import trio
 import trio.testing
 
-from hypertrain.compute import enqueue_step
+from hypertrain.compute import enqueue_step, get_node
+from hypertrain.coordinator.computehub import WORK
 from hypertrain.coordinator.services.fallback import FallbackPool, trusted_answer
 from hypertrain.daemon.main import DaemonHandle
 from hypertrain.daemon.services import SERVICES, DaemonParts, ServiceFn, ServiceSpec
@@ -419,6 +420,74 @@ async def test_a_busy_copy_given_back_wakes_a_held_lease_poll_at_once(
     assert released.json() == {"copy": ja["id"], "status": "released"}
     assert response.json()["job"]["job"] == ja["job"]
     assert at == released_at
+
+
+async def test_a_new_step_wakes_two_held_polls_the_longest_waiting_first(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Issue 17 goal 4: a step's two copies wake two of the ten held polls (the two that have
+    waited longest), not all ten: the other eight stay held to the end of their 25 s."""
+    async with _daemon(tmp_path, Fallbacks()) as (handle, client):
+        nodes = [await _node(client) for _ in range(10)]
+        answered: dict[int, tuple[float, Any]] = {}
+        async with trio.open_nursery() as nursery:
+
+            async def poll(i: int) -> None:
+                response = await _lease(client, nodes[i])
+                answered[i] = (trio.current_time(), response.json()["job"])
+
+            start = trio.current_time()
+            for i in range(10):
+                nursery.start_soon(poll, i)
+                await trio.sleep(0.5)  # poll 0 waits longest
+            assert handle.ctx.compute.waiter.waiting(WORK) == 10
+            await _enqueue(handle, "x")
+            enqueued = trio.current_time()
+            await trio.testing.wait_all_tasks_blocked()
+            assert handle.ctx.compute.waiter.waiting(WORK) == 8
+            # Only the two woken polls ran a lease transaction (it notes when a node was seen).
+            seen = [await handle.ctx.db.read(get_node, n["node_id"]) for n in nodes]
+            assert [n.last_seen_ms for n in seen[2:]] == [
+                int(handle.ctx.wall.now() * 1000 - 500 * (10 - i)) for i in range(2, 10)
+            ]
+    for i in (0, 1):
+        at, job = answered[i]
+        assert (at, job is not None) == (enqueued, True), (i, answered[i])
+    for i in range(2, 10):
+        assert answered[i] == (pytest.approx(start + 0.5 * i + 25.0), None), (i, answered[i])
+
+
+async def test_a_poll_woken_for_a_copy_its_node_may_not_take_hands_the_wake_on(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A copy given back wakes one poll: the longest waiting, of the node holding the step's
+    other copy, may not take it and hands the wake on; the next poll gets it at once."""
+    async with _daemon(tmp_path, Fallbacks()) as (handle, client):
+        a, b, c = await _node(client), await _node(client), await _node(client)
+        await _enqueue(handle, "x")
+        ja = (await _lease(client, a)).json()["job"]
+        jb = (await _lease(client, b)).json()["job"]
+        answered: dict[str, tuple[float, Any]] = {}
+        async with trio.open_nursery() as nursery:
+
+            async def poll(name: str, node: Mapping[str, Any]) -> None:
+                response = await _lease(client, node)
+                answered[name] = (trio.current_time(), response.json()["job"])
+
+            nursery.start_soon(poll, "a", a)  # holds copy 1: may not take copy 2
+            await trio.sleep(1)
+            nursery.start_soon(poll, "c", c)
+            await trio.sleep(1)
+            released = await client.post(
+                f"/v1/compute/jobs/{jb['id']}/result",
+                json={"lease": jb["lease"], "ok": False, "busy": True},
+                headers=_auth(b),
+            )
+            released_at = trio.current_time()
+    assert released.json() == {"copy": jb["id"], "status": "released"}
+    at, job = answered["c"]
+    assert (at, job["job"]) == (released_at, ja["job"])
+    assert answered["a"] == (pytest.approx(25.0 + released_at - 2), None)
 
 
 async def test_a_third_copy_nobody_takes_goes_to_the_fallback_when_its_window_ends(

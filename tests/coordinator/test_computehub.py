@@ -18,7 +18,7 @@ from nurseries import Notified
 JOB = {"job": "j1", "challenge": "delta-loss"}
 WAKES: list[tuple[Event, set[str]]] = [
     (("register", {"node": "n1", "handle": "a", "capabilities": [], "attached": False}), set()),
-    (("queued", {**JOB, "trace": "public"}), {WORK, TIMERS}),
+    (("queued", {**JOB, "trace": "public", "copies": 2}), {WORK, TIMERS}),
     (("lease", {**JOB, "trace": "public"}), {TIMERS}),
     (("result", {**JOB, "answers": 1}), set()),
     (("accepted", {"job": "j1", "copy": "j1.1", "node": "n1", "credit": 1}), set()),

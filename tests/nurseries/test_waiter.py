@@ -215,3 +215,56 @@ def test_statistics_are_frozen() -> None:
     assert stats == idle()
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         stats.keys = 3  # type: ignore[misc]
+
+
+async def test_a_limited_notify_wakes_the_longest_waiting_first(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    waiter: KeyedWaiter[str, int] = KeyedWaiter()
+    out: Outcomes = {}
+    t0 = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        for i in range(5):
+            nursery.start_soon(wait_and_record, waiter, "k", t0 + 100.0, f"w{i}", out)
+            await trio.sleep(1.0)  # w0 waits longest
+        assert waiter.waiting("k") == 5
+        assert waiter.notify("k", 7, limit=2) == 2
+        await trio.sleep(1.0)
+        assert sorted(out) == ["w0", "w1"]
+        assert waiter.waiting("k") == 3
+        assert waiter.notify("k", 8, limit=0) == 0
+        assert waiter.notify("k", 9, limit=10) == 3  # a limit above the waiters wakes them all
+    assert out == {
+        "w0": (Notified(7), t0 + 5.0),
+        "w1": (Notified(7), t0 + 5.0),
+        "w2": (Notified(9), t0 + 6.0),
+        "w3": (Notified(9), t0 + 6.0),
+        "w4": (Notified(9), t0 + 6.0),
+    }
+    assert waiter.statistics() == idle()
+    assert waiter.waiting("k") == 0
+
+
+async def test_a_waiter_notified_then_cancelled_still_returns_its_notification(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Once notified, a wait returns `Notified` even if its scope is cancelled before it runs
+    (the notification is not lost inside the waiter); the next checkpoint raises."""
+    waiter: KeyedWaiter[str, int] = KeyedWaiter()
+    got: list[WaitResult[int]] = []
+    doomed = trio.CancelScope()
+
+    async def first() -> None:
+        with doomed:
+            got.append(await waiter.wait("k", deadline=trio.current_time() + 100.0))
+            await trio.lowlevel.checkpoint()
+            got.append(TimedOut())  # must not run: the checkpoint raised
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(first)
+        await trio.sleep(1.0)
+        assert waiter.notify("k", 2, limit=1) == 1
+        doomed.cancel()
+    assert got == [Notified(2)]
+    assert doomed.cancelled_caught
+    assert waiter.statistics() == idle()

@@ -183,25 +183,34 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             return json_response(unstructure(disabled), 403)
         wait_ms = LONG_POLL_MS if req.wait_ms is None else req.wait_ms
         deadline = trio.current_time() + wait_ms / 1000
-        while True:
-            grant, events = await ctx.db.write(
-                partial(
-                    lease,
-                    node=node,
-                    capabilities=req.capabilities,
-                    hardware=req.hardware,
-                    now_ms=_now_ms(ctx),
-                    settings=hub.settings,
+        hops = 0  # a wake this poll holds for a new copy (ComputeHub: hand it on if unused)
+        try:
+            while True:
+                grant, events = await ctx.db.write(
+                    partial(
+                        lease,
+                        node=node,
+                        capabilities=req.capabilities,
+                        hardware=req.hardware,
+                        now_ms=_now_ms(ctx),
+                        settings=hub.settings,
+                    )
                 )
-            )
-            hub.publish(events)
-            if grant is not None or trio.current_time() >= deadline:
-                return json_response(unstructure(LeaseAnswer(grant)))
-            woken = await hub.waiter.wait(WORK, deadline=deadline)
-            if isinstance(woken, Stopping) or ctx.stopping.is_set():
-                return stopping_response()
-            if not isinstance(woken, Notified):
-                return json_response(unstructure(LeaseAnswer(None)))
+                hub.publish(events)
+                if grant is not None:
+                    hops = 0
+                if grant is not None or trio.current_time() >= deadline:
+                    return json_response(unstructure(LeaseAnswer(grant)))
+                hub.hand_on(hops)
+                hops = 0
+                woken = await hub.waiter.wait(WORK, deadline=deadline)
+                if isinstance(woken, Stopping) or ctx.stopping.is_set():
+                    return stopping_response()
+                if not isinstance(woken, Notified):
+                    return json_response(unstructure(LeaseAnswer(None)))
+                hops = woken.value
+        finally:
+            hub.hand_on(hops)  # woken, then answered null at the deadline or cancelled
 
     async def get_input(copy_id: str, name: str) -> Response:
         node = await node_of()
