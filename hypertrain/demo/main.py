@@ -3,7 +3,8 @@
 ::
 
     hypertrain-daemon --demo [--rounds N] [--miners M] [--nodes K] [--auditors A]
-                             [--honeypot MODE]... [--dispute] [--port P] [--keep DIR]
+                             [--honeypot MODE]... [--dispute] [--train-seconds S]
+                             [--port P] [--keep DIR]
 
 What it does, in order (every wait bounded; the files are described in
 :mod:`hypertrain.demo.workspace`):
@@ -16,13 +17,18 @@ What it does, in order (every wait bounded; the files are described in
 3. the dataset, built from the default corpus (the standard library's sources) and pinned into
    the daemon's object store; the holdout split stays on disk, where the daemon evaluates
    every merged theta on it (``HYPERTRAIN_HOLDOUT_DIR``);
-4. the CPU test-mode manifest (``hypertrain manifest example``) over that dataset and chain,
-   sealed by the owner; over the admin API: create the run, register the dataset, configure
-   ``N`` rounds, admit ``M`` miners;
-5. ``M`` ``hypertrain-miner run`` children and ``K`` ``hypertrain-node`` children (the compute
+4. one training round of the demo's model, timed in a child process as a miner runs it
+   (:mod:`hypertrain.demo.probe`; ``--train-seconds S`` skips it and takes ``S``), and the run's
+   windows sized from it for the demo's processes sharing this machine's cores, with room to
+   spare (:mod:`hypertrain.demo.windows`), said in one line (``demo: one training round
+   measured 0.43 s; windows ...``);
+5. the CPU test-mode manifest (``hypertrain manifest example``) over that dataset and chain,
+   with those windows, sealed by the owner; over the admin API: create the run, register the
+   dataset, configure ``N`` rounds, admit ``M`` miners;
+6. ``M`` ``hypertrain-miner run`` children and ``K`` ``hypertrain-node`` children (the compute
    network that scores every uploaded delta; scoring window :data:`COMPUTE_WAIT_MS`), all
    talking HTTP to the daemon; once each miner waits for round 0, the run is unpaused;
-6. a live table, one line whenever a round's state, uploads, update norm, clipped count,
+7. a live table, one line whenever a round's state, uploads, update norm, clipped count,
    held-out loss or scoring changes (:mod:`hypertrain.demo.table`), then a summary. The demo
    ends once ``N`` rounds were merged and evaluated and every scoring step of their deltas
    settled (by agreement, a third copy or the fallback).
@@ -63,6 +69,7 @@ SIGKILL, the demo cannot stop them: its children hold a lifeline
 from __future__ import annotations
 
 import argparse
+import os
 import secrets
 import shutil
 import sys
@@ -80,6 +87,7 @@ from hypertrain.cli.common import EXIT_USAGE, OneLineParser, positive_int_arg
 from hypertrain.datasets.pin import pin_async
 from hypertrain.demo.checkpoint import CHECKPOINT_SECONDS, CheckpointResult, check_checkpoint
 from hypertrain.demo.children import KILL_WAIT, Child, ChildFailed, Children, open_children
+from hypertrain.demo.probe import PROBE_SECONDS, ProbeFailed, measure_training
 from hypertrain.demo.table import (
     HEADER,
     AuditTotals,
@@ -91,6 +99,7 @@ from hypertrain.demo.table import (
     summary_lines,
     verdict,
 )
+from hypertrain.demo.windows import Windows, size_windows
 from hypertrain.demo.workspace import (
     EPOCH_SECONDS,
     MinerHome,
@@ -113,15 +122,14 @@ EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_INTERRUPTED: Final = 130
 LISTENING: Final = "hypertrain-daemon listening on "
-TRAIN_ROUNDS: Final = 8
-"""drand rounds (seconds) between d_assign and d_commit: the miners' training window."""
-FINAL_AFTER_UPLOAD: Final = 2
 STARTUP_SECONDS: Final = 60.0
 """Bound for the daemon to listen and for each miner to wait for round 0."""
-SETUP_SECONDS: Final = 120.0
-"""Bound for everything before the run is unpaused."""
+SETUP_SECONDS: Final = 120.0 + PROBE_SECONDS
+"""Bound for everything before the run is unpaused (the training probe included)."""
 ROUND_SECONDS: Final = 45.0
-"""Bound per round (a round takes about 15 s: 2 + 8 + 4 drand rounds of 1 s, plus the merge)."""
+"""Bound per round beyond its windows (:class:`~hypertrain.demo.windows.Windows`): the merge
+and, from round 1 on, the wait for the audits of the round before (they start 40 rounds after
+its ``d_commit``, and round ``w + 1`` is merged only once round ``w - 1``'s are settled)."""
 COMPUTE_WAIT_MS: Final = 180_000
 """The demo's scoring window: volunteers on one busy machine get three minutes per step.
 
@@ -149,6 +157,7 @@ DRILL_NAME: Final = "drill-0"
 AUDITOR_POLL_SECONDS: Final = 1.0
 """The demo's auditors ask for work and look at their disputes every second."""
 MAX_NODES: Final = 16
+MAX_TRAIN_SECONDS: Final = 3600.0
 POLL_SECONDS: Final = 0.5
 STOP_GRACE: Final = 10.0
 """Seconds the children get, after SIGTERM, before their process groups are killed."""
@@ -173,12 +182,34 @@ class DemoOptions:
     """One operator-run miner per entry, in that honeypot mode (``--honeypot``)."""
     dispute: bool = False
     """The dispute drill (``--dispute``, module doc)."""
+    train_seconds: float | None = None
+    """One training round's seconds (``--train-seconds``); None: measured (module doc)."""
+
+    @property
+    def trainers(self) -> int:
+        """Miners that train at once: the honest ones, the honeypots and the drill miner."""
+        return self.miners + len(self.honeypots) + int(self.dispute)
+
+    @property
+    def n_auditors(self) -> int:
+        """Auditor processes: ``--auditors``, at least two with ``--dispute``."""
+        return max(self.auditors, 2) if self.dispute else self.auditors
 
 
 def _port(value: str) -> int:
     if not value.isdigit() or not 0 <= int(value) <= 65535:
         raise argparse.ArgumentTypeError(f"{value!r} is not a port number (0..65535)")
     return int(value)
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= MAX_TRAIN_SECONDS:
+        raise argparse.ArgumentTypeError(f"{value!r} is not seconds in (0, {MAX_TRAIN_SECONDS:g}]")
+    return seconds
 
 
 def _count(value: str) -> int:
@@ -223,6 +254,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the dispute drill: add a miner that trains one op wrong on purpose and contests"
         " its audit; the dispute is bisected to that op and refereed (two auditors at least)",
+    )
+    parser.add_argument(
+        "--train-seconds",
+        type=_seconds,
+        metavar="S",
+        help="size the windows for a training round of S seconds instead of measuring one",
     )
     parser.add_argument(
         "--port", type=_port, default=0, metavar="P", help="daemon port (default: any free one)"
@@ -290,6 +327,8 @@ class _Network:
     honest: tuple[str, ...] = ()
     """The honest miners' hotkeys."""
     chain: ChainInfo | None = None
+    windows: Windows = attrs.field(kw_only=True)
+    """The run's windows, sized from the measured training round."""
 
 
 def _auditor_argv(url: str, run_id: str, ws: Workspace, home: MinerHome) -> list[str]:
@@ -308,7 +347,7 @@ def drill_spec(manifest: RunManifest) -> str:
 async def _launch(
     children: Children, ws: Workspace, api: _Admin, url: str, options: DemoOptions, say: Say
 ) -> _Network:
-    """Steps 3 to 5 of the module doc."""
+    """Steps 3 to 6 of the module doc."""
     dataset = await trio.to_thread.run_sync(build_dataset, ws, 64)
     pinned = await pin_async(ws.dataset, ws.state / "objects")
     say(
@@ -316,9 +355,11 @@ async def _launch(
         f"({dataset.holdout.n_samples} held out), pinned as {pinned.manifest_sha256[:16]}"
     )
     chain = ChainInfo.from_json(await api.call("GET", "/v1/beacon/info"))
-    n_auditors = max(options.auditors, 2) if options.dispute else options.auditors
+    n_auditors = options.n_auditors
     auditors = [ws.add_auditor(i) for i in range(n_auditors)]
-    manifest = demo_manifest(ws, chain, dataset, [a.key.ss58 for a in auditors])
+    keys = [a.key.ss58 for a in auditors]
+    windows = await _windows(children, ws, options, demo_manifest(ws, chain, dataset, keys), say)
+    manifest = demo_manifest(ws, chain, dataset, keys, windows)
     if manifest.model.seq_len != dataset.seq_len:
         raise DemoFailed(f"the model needs seq_len {manifest.model.seq_len}")
     envelope = seal(ws.owner, "RunManifest", manifest.run_id(), manifest, NEVER).to_json()
@@ -326,8 +367,8 @@ async def _launch(
     base = f"/v1/admin/runs/{run_id}"
     await api.call("PUT", f"{base}/dataset", {"manifest_sha256": pinned.manifest_sha256})
     config = {
-        "train_rounds": TRAIN_ROUNDS,
-        "final_after_upload": FINAL_AFTER_UPLOAD,
+        "train_rounds": windows.train_rounds,
+        "final_after_upload": windows.final_after_upload,
         "total_rounds": options.rounds,
     }
     await api.call("PUT", f"{base}/config", config)
@@ -417,7 +458,30 @@ async def _launch(
     if drill_home is not None:
         names[drill_home.key.ss58] = drill_home.name
     honest = tuple(home.key.ss58 for home in homes)
-    return _Network(run_id, miners, honeypots, reveal, drill, names, honest, chain)
+    return _Network(run_id, miners, honeypots, reveal, drill, names, honest, chain, windows=windows)
+
+
+async def _windows(
+    children: Children, ws: Workspace, options: DemoOptions, manifest: RunManifest, say: Say
+) -> Windows:
+    """Measure one training round of ``manifest``'s model (unless ``--train-seconds`` gave
+    it) and size the run's windows from it (:mod:`hypertrain.demo.windows`); say both."""
+    seconds, how = options.train_seconds, "given as"
+    if seconds is None:
+        try:
+            seconds = await measure_training(children, manifest, ws.dataset, ws.root / "probe")
+        except ProbeFailed as e:
+            raise DemoFailed(str(e)) from e
+        how = "measured"
+    windows = size_windows(
+        seconds,
+        trainers=options.trainers,
+        others=options.nodes + options.n_auditors + 1,  # + 1: the daemon merging
+        cores=os.cpu_count() or 1,
+        period=manifest.beacon.period,
+    )
+    say(windows.line(how))
+    return windows
 
 
 def _check_children(daemon: Child, miners: Sequence[Child]) -> None:
@@ -434,13 +498,16 @@ async def _watch(
     daemon: Child,
     miners: Sequence[Child],
     say: Say,
+    windows: Windows,
 ) -> tuple[list[RoundRow], float | None]:
-    """Print the table until ``N`` rounds are merged and evaluated (or the time is up)."""
+    """Print the table until ``N`` rounds are merged and evaluated (or the time is up: each
+    round's windows plus :data:`ROUND_SECONDS`, then :data:`SCORING_SECONDS`)."""
     table = Table()
     expect_audits = options.auditors > 0 or options.dispute
     initial: float | None = None
     say(HEADER)
-    with trio.move_on_after(ROUND_SECONDS * options.rounds + SCORING_SECONDS):
+    per_round = ROUND_SECONDS + windows.round_seconds
+    with trio.move_on_after(per_round * options.rounds + SCORING_SECONDS):
         while True:
             _check_children(daemon, miners)
             run = (await client.get(f"/v1/runs/{run_id}")).json()
@@ -538,7 +605,9 @@ async def run_demo(options: DemoOptions, say: Say = _say) -> int:
                 api = _Admin(client, ws.admin_token)
                 with trio.fail_after(SETUP_SECONDS):
                     net = await _launch(children, ws, api, url, options, say)
-                rows, initial = await _watch(client, net.run_id, options, daemon, net.miners, say)
+                rows, initial = await _watch(
+                    client, net.run_id, options, daemon, net.miners, say, net.windows
+                )
                 drill = None
                 if net.drill is not None:
                     with trio.move_on_after(DISPUTE_SECONDS):
@@ -630,6 +699,7 @@ def main(argv: Sequence[str]) -> int:
         auditors=args.auditors,
         honeypots=tuple(args.honeypot) if args.honeypot else ("fabricate",),
         dispute=args.dispute,
+        train_seconds=args.train_seconds,
     )
     try:
         return trio.run(run_until_signal, options)

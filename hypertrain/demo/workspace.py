@@ -10,8 +10,10 @@ Layout of a demo directory (a fresh temporary one, or ``--keep DIR``)::
 
 :func:`create_workspace` makes the directories and every secret; :func:`build_dataset` builds
 the dataset; :func:`demo_manifest` is the CPU test-mode manifest of ``hypertrain manifest
-example`` over that dataset and the daemon's chain, with a short upload window so that a round
-takes seconds (:data:`UPLOAD_AFTER_COMMIT`), and ledger settings short enough that escrow vests
+example`` over that dataset and the daemon's chain, with the windows the demo sized from its
+measured training round (:mod:`hypertrain.demo.windows`: ``assign_after_open`` and
+``upload_after_commit``; without them, the test-mode manifest's), and ledger settings short
+enough that escrow vests
 within the demo: epochs of :data:`EPOCH_SECONDS`, vesting after :data:`VEST_ROUNDS` ledger
 rounds (so ``q_base`` :data:`Q_BASE`: ``E_vest_rounds >= ceil(1/q_base)``), the daemon's
 settings and the manifest's agreeing.
@@ -29,6 +31,7 @@ import attrs
 from hypertrain.beacon.chain import ChainInfo
 from hypertrain.datasets import BuildOptions, DatasetManifest, build
 from hypertrain.datasets.sources import stdlib_sources
+from hypertrain.demo.windows import Windows
 from hypertrain.protocol.f32 import f32_hex
 from hypertrain.protocol.keys import Keypair, write_seed_file
 from hypertrain.protocol.manifest import Beacon, RunManifest
@@ -40,7 +43,6 @@ __all__ = [
     "EPOCH_SECONDS",
     "Q_BASE",
     "TOKEN_NAMES",
-    "UPLOAD_AFTER_COMMIT",
     "VEST_ROUNDS",
     "MinerHome",
     "Workspace",
@@ -52,14 +54,12 @@ __all__ = [
 TOKEN_NAMES: Final = ("internal", "admin", "worker")
 DATASET_BYTES: Final = 1 << 20
 """Source bytes of the demo dataset (about 14k samples of 64 tokens; builds in about a second)."""
-UPLOAD_AFTER_COMMIT: Final = 4
 EPOCH_SECONDS: Final = 5
 """The demo ledger's chain epoch (``HYPERTRAIN_EPOCH_SECONDS``; production: 4320)."""
 VEST_ROUNDS: Final = 2
 """Ledger rounds from finality to payable (``HYPERTRAIN_VEST_ROUNDS`` = ``E_vest_rounds``)."""
 Q_BASE: Final = 0.5
 """The demo's base audit rate: the smallest with ``ceil(1 / q_base) <= VEST_ROUNDS``."""
-"""``verify.T.upload_after_commit`` of the demo manifest, in drand rounds (test mode: 45)."""
 
 
 @attrs.frozen
@@ -204,9 +204,11 @@ def demo_manifest(
     chain: ChainInfo,
     dataset: DatasetManifest,
     auditors: Sequence[str] = (),
+    windows: Windows | None = None,
 ) -> RunManifest:
     """The test-mode manifest over ``dataset`` and the daemon's ``chain`` (module doc), naming
-    ``auditors`` (SS58) as the run's auditors."""
+    ``auditors`` (SS58) as the run's auditors, with the timeouts of ``windows`` (None: the
+    test-mode manifest's)."""
     beacon = Beacon(
         chain_hash=chain.hash,
         period=chain.period_ms // 1000,
@@ -215,7 +217,13 @@ def demo_manifest(
     manifest, _ = build_test_mode_manifest(
         coord_pubkey=workspace.coord.ss58, beacon=beacon, dataset=dataset.dataset_spec()
     )
-    timeouts = attrs.evolve(manifest.verify.T, upload_after_commit=UPLOAD_AFTER_COMMIT)
+    timeouts = manifest.verify.T
+    if windows is not None:
+        timeouts = attrs.evolve(
+            timeouts,
+            assign_after_open=windows.assign_after_open,
+            upload_after_commit=windows.upload_after_commit,
+        )
     verify = attrs.evolve(
         manifest.verify, T=timeouts, q_base=f32_hex(Q_BASE), E_vest_rounds=VEST_ROUNDS
     )
