@@ -43,6 +43,7 @@ from collections.abc import Mapping
 import attrs
 import numpy as np
 import numpy.typing as npt
+from threadpoolctl import threadpool_limits
 
 from hypertrain.aggregator.exact import fsum_dot, fsum_squares
 from hypertrain.protocol.f32 import f32_hex
@@ -123,12 +124,15 @@ def _gram(stack: F32Array) -> tuple[npt.NDArray[np.float64], float]:
     gram = np.zeros((m, m), dtype=np.float64)
     wide = np.empty((m, min(BLOCK, max(size, 1))), dtype=np.float64)
     blocks = 0
-    for start in range(0, size, BLOCK):
-        part = stack[:, start : start + BLOCK]
-        block = wide[:, : part.shape[1]]
-        np.copyto(block, part)  # exact widening
-        gram += block @ block.T
-        blocks += 1
+    # One BLAS thread: the products are small and many, and a threaded BLAS on a busy machine
+    # (the daemon's other work, its neighbours) spins: 64 x 1M took 93 s instead of 14.
+    with threadpool_limits(limits=1, user_api="blas"):
+        for start in range(0, size, BLOCK):
+            part = stack[:, start : start + BLOCK]
+            block = wide[:, : part.shape[1]]
+            np.copyto(block, part)  # exact widening
+            gram += block @ block.T
+            blocks += 1
     return gram, (BLOCK + blocks) * 2.0**-52
 
 

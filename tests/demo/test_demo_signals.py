@@ -82,11 +82,15 @@ def _survivors(processes: dict[int, str]) -> list[str]:
 
 
 @contextmanager
-def _demo(tmp_path: Path, known: dict[int, str]) -> Iterator[subprocess.Popen[str]]:
+def _demo(
+    tmp_path: Path, known: dict[int, str], *, measure: bool
+) -> Iterator[subprocess.Popen[str]]:
     """The demo, running; at the end it and every process in ``known`` (its children, once the
-    test has seen them) are killed, whatever the test found."""
+    test has seen them) are killed, whatever the test found. Without ``measure`` it skips
+    timing a training round (``--train-seconds``): its children all start seconds sooner."""
     argv = [sys.executable, "-m", "hypertrain.daemon", "--demo", "--rounds", "1"]
     argv += ["--miners", "1", "--nodes", "1", "--auditors", "0", "--keep", str(tmp_path / "demo")]
+    argv += [] if measure else ["--train-seconds", "1"]
     env = child_env({"PYTHONPATH": str(REPO)})
     with (
         (tmp_path / "demo.err").open("w") as err,  # a file: an unread pipe could fill and block
@@ -128,7 +132,8 @@ def test_a_signal_stops_the_demo_and_every_child(
     signum: signal.Signals, after: str, tmp_path: Path
 ) -> None:
     children: dict[int, str] = {}
-    with _demo(tmp_path, children) as demo:
+    # Signalled at its first line, the demo may be timing a training round in a child.
+    with _demo(tmp_path, children, measure=after != HEADER) as demo:
         _wait_for_line(demo, after)
         children |= _descendants(demo.pid)
         assert any("hypertrain.daemon" in c for c in children.values()), children
@@ -146,7 +151,7 @@ def test_a_signal_stops_the_demo_and_every_child(
 @pytest.mark.slow
 def test_after_a_sigkill_of_the_demo_its_children_stop_by_themselves(tmp_path: Path) -> None:
     children: dict[int, str] = {}
-    with _demo(tmp_path, children) as demo:
+    with _demo(tmp_path, children, measure=False) as demo:
         _wait_for_line(demo, HEADER)
         children |= _descendants(demo.pid)
         assert len(children) >= 3, children  # the daemon, two miners (one a honeypot), a node
