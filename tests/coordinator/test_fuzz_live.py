@@ -37,11 +37,23 @@ SERVER_ANSWERS = frozenset({431})
 """Statuses hypercorn answers itself (empty body, connection closed)."""
 
 
+def _brief(request: FuzzRequest | None) -> str:
+    """One line naming a request: method, path, kind, credential, its headers' names, body size."""
+    if request is None:
+        return "nothing (a new connection)"
+    names = b",".join(name for name, _ in request.headers).decode("latin-1")
+    return (
+        f"{request.method} {request.path[:80]} [{request.kind}, {request.credential},"
+        f" headers {names[:120]}, body {len(request.body)} B]"
+    )
+
+
 async def _client_loop(
     url: str,
     requests: trio.MemoryReceiveChannel[FuzzRequest],
     tally: Tally,
     transport_errors: Counter[str],
+    dropped: list[str],
 ) -> None:
     async def fresh() -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -52,6 +64,7 @@ async def _client_loop(
         )
 
     client = await fresh()
+    previous: FuzzRequest | None = None  # the last request answered on this connection
     try:
         async for request in requests:
             try:
@@ -70,6 +83,7 @@ async def _client_loop(
                 transport_errors["unsendable"] += 1
             except httpx.TransportError as e:
                 transport_errors[f"dropped ({type(e).__name__})"] += 1
+                dropped.append(f"{_brief(request)} ({e!r:.120}); before it: {_brief(previous)}")
             else:
                 status = answer.status_code
                 problem = None
@@ -77,9 +91,11 @@ async def _client_loop(
                     problem = check_answer(request, status, content_type, body)
                 tally.add(request, status, problem)
                 if not answer.is_closed or event_stream or status not in SERVER_ANSWERS:
+                    previous = request
                     continue
             await client.aclose()  # after an error or a closed connection: a new one
             client = await fresh()
+            previous = None
     finally:
         with trio.CancelScope(shield=True):
             await client.aclose()
@@ -93,11 +109,14 @@ async def test_the_fuzz_corpus_over_a_real_socket(tmp_path: Path) -> None:
         url = await nursery.start(serve_asgi, app, "127.0.0.1", 0)
         grammar = Grammar(routes_of(app.url_map), creds, SEED)
         tally, transport_errors = Tally(keep=50), Counter[str]()
+        dropped: list[str] = []
         started = time.monotonic()
         send, receive = trio.open_memory_channel[FuzzRequest](CLIENTS)
         async with trio.open_nursery() as clients:
             for _ in range(CLIENTS):
-                clients.start_soon(_client_loop, url, receive.clone(), tally, transport_errors)
+                clients.start_soon(
+                    _client_loop, url, receive.clone(), tally, transport_errors, dropped
+                )
             receive.close()
             async with send:
                 for request in grammar.requests(REQUESTS):
@@ -113,6 +132,8 @@ async def test_the_fuzz_corpus_over_a_real_socket(tmp_path: Path) -> None:
     for failure in tally.failures:
         print("  ", failure)
     assert tally.failures == []
-    assert not any(k.startswith("dropped") for k in transport_errors), transport_errors
+    for line in dropped:
+        print("   dropped:", line)
+    assert not any(k.startswith("dropped") for k in transport_errors), (transport_errors, dropped)
     assert health.status_code == 200
     assert integrity == "ok"
