@@ -34,9 +34,16 @@ Rows:
   were surely held by the server at one instant (a poll sent at ``s`` and answered at ``a``
   was held throughout ``[a - hold, s + hold]``). The last level that passed is the figure;
   ``>=`` when the top level passed too.
+- ``burst`` (issue 17 goal 4): for each ``--burst`` level N, N polls (``wait_ms`` 20 s, the
+  ``--poll-keys`` keys round robin) are held, then N copies (N/2 steps) are queued in one
+  transaction; printed: how many polls got a copy, and the time from that transaction to each
+  answer (p50, p99, max). Goal: p99 under 1 s at 1,000 and under 2 s at 10,000.
+
+A connection that fails (a reset, a close) is counted as an error and replaced; it never ends
+the run.
 
     .venv/bin/python bench/compute.py [--seconds 4] [--nodes 32] [--jobs 1000]
-        [--hold-ms 5000] [--polls 500,1000,2000,4000] [--poll-keys 50]
+        [--hold-ms 5000] [--polls 500,1000,2000,4000] [--poll-keys 50] [--burst 1000]
 
 The default run takes about 75 s.
 
@@ -47,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import secrets
@@ -83,6 +91,22 @@ ANSWER: Final = {"loss": "40a00000", "fingerprint": "ab" * 32, "wallMs": 12}
 
 
 # -- the load generator (a separate process) ---------------------------------------------------
+
+BURST_HOLD_MS: Final = 20_000
+"""wait_ms of the burst's polls: they are all held when the copies come."""
+BURST_AFTER_S: Final = 8.0
+"""Seconds after the burst's polls start that their copies are queued."""
+RECONNECT_PAUSE: Final = 0.05
+"""Seconds before a failed connection's replacement (no hot loop on a refusing server)."""
+CONNECTION_FAILURES: Final = (
+    OSError,
+    ConnectionError,
+    ValueError,
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+)
+"""What a failing connection raises in the load generator: trio reports a reset (ECONNRESET)
+as ``BrokenResourceError``, which is no ``OSError``; each is counted, never fatal."""
 
 
 class Connection:
@@ -174,12 +198,16 @@ async def _timed(spec: dict[str, Any], loops: list[Any]) -> dict[str, Any]:
     stop = [begin + spec["warmup"] + spec["seconds"], begin + spec["warmup"]]
 
     async def guarded(loop: Any) -> None:
+        # A connection that fails (reset, closed, garbled) is counted and replaced by a new one
+        # until the row ends: one reset never ends a node's or a client's part of the row.
         with trio.move_on_after(stop[0] - time.perf_counter() + STRAGGLER_TIMEOUT) as scope:
-            try:
-                await loop(counts, stop)
-            except (OSError, ConnectionError, ValueError) as e:
-                counts["errors"] += 1
-                _note(counts, f"{type(e).__name__}: {e}"[:120])
+            while time.perf_counter() < stop[0]:
+                try:
+                    await loop(counts, stop)
+                except CONNECTION_FAILURES as e:
+                    counts["errors"] += 1
+                    _note(counts, f"{type(e).__name__}: {e}"[:120])
+                    await trio.sleep(RECONNECT_PAUSE)
         if scope.cancelled_caught:
             counts["stuck"] += 1
 
@@ -200,13 +228,16 @@ async def _one_poll(spec: dict[str, Any], key: str, polls: list[dict[str, Any]])
                 sent = time.perf_counter()
                 body = {**LEASE_BODY, "wait_ms": spec["wait_ms"]}
                 status, raw = await conn.post("/v1/compute/jobs/lease", body, key)
+                answered = time.perf_counter()
+                job = json.loads(raw).get("job") if status == 200 else None
                 outcome = {
                     "status": status,
-                    "job_null": status == 200 and json.loads(raw) == {"job": None},
+                    "job_null": status == 200 and job is None,
+                    "job": job is not None,
                     "sent": sent,
-                    "answered": time.perf_counter(),
+                    "answered": answered,
                 }
-        except (OSError, ConnectionError, ValueError, trio.TooSlowError) as e:
+        except (*CONNECTION_FAILURES, trio.TooSlowError) as e:
             outcome["error"] = f"{type(e).__name__}: {e}"[:120]
     if scope.cancelled_caught:
         outcome["error"] = "no answer in time"
@@ -258,6 +289,7 @@ async def _polls(spec: dict[str, Any]) -> dict[str, Any]:
         "wait_min": min(waits, default=0.0),
         "wait_max": max(waits, default=0.0),
         "sent_last": max((p["sent"] - begin for p in null), default=0.0),
+        "job_answered": sorted(p["answered"] for p in polls if p.get("job")),
     }
 
 
@@ -405,6 +437,47 @@ async def _ramp(args: argparse.Namespace, url: str, keys: list[str]) -> int:
     return best
 
 
+def _p(values: list[float], q: float) -> float:
+    """The ``q`` quantile (nearest rank) of sorted ``values``."""
+    return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
+
+
+async def _burst(args: argparse.Namespace, handle: DaemonHandle, keys: list[str]) -> None:
+    """Issue 17 goal 4: N polls held (``wait_ms`` :data:`BURST_HOLD_MS`), then N copies (N/2
+    steps) queued in one transaction; from that instant to each poll's answer with a copy.
+    perf_counter is CLOCK_MONOTONIC here: one clock for both processes."""
+    for count in args.burst:
+        spec = {
+            **_address(handle.url),
+            "mode": "polls",
+            "count": count,
+            "wait_ms": BURST_HOLD_MS,
+            "late_s": args.late_s,
+            "keys": keys,
+        }
+        limit = CONNECT_TIMEOUT + BURST_HOLD_MS / 1000 + args.late_s + LOAD_TIMEOUT_MARGIN
+        enqueued: list[float] = []
+
+        async def enqueue_later(count: int = count, enqueued: list[float] = enqueued) -> None:
+            await trio.sleep(BURST_AFTER_S)  # every poll connected and held by then
+            enqueued.append(time.perf_counter())
+            await _fill_book(handle, count // 2)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(enqueue_later)
+            r = await _measure(spec, limit)
+        waits = [t - enqueued[0] for t in r["job_answered"]]
+        errors = ", ".join(f"{n} x {what}" for what, n in sorted(r["errors"].items())) or "none"
+        line = f"{'burst':18s} {count:6d} polls, {count} copies: {len(waits)} answered a copy"
+        if waits:
+            line += (
+                f", enqueue -> answer p50 {_p(waits, 0.5):.3f} s p99 {_p(waits, 0.99):.3f} s"
+                f" max {waits[-1]:.3f} s"
+            )
+        print(f"{line}; errors: {errors}")
+        await handle.ctx.db.write(_end_queued)
+
+
 async def serve_and_measure(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="ht-bench-compute-") as tmp:
         settings = _daemon_settings(Path(tmp))
@@ -451,6 +524,8 @@ async def serve_and_measure(args: argparse.Namespace) -> None:
                 f" none before its hold, and all were surely held at one instant"
             )
             best = await _ramp(args, handle.url, poll_keys)
+            if args.burst:
+                await _burst(args, handle, poll_keys)
             print()
             print(f"hello POST (bare hypercorn)     {hello['rate']:9.0f} req/s")
             print(f"lease -> result                 {cycles['rate']:9.0f} cycles/s")
@@ -489,6 +564,12 @@ def main() -> None:
         "--polls", type=_levels, default=[500, 1000, 2000, 4000], help="long-poll levels"
     )
     parser.add_argument("--poll-keys", type=int, default=50, help="node keys the polls share")
+    parser.add_argument(
+        "--burst",
+        type=_levels,
+        default=[1000],
+        help="burst levels: N polls held, then N copies",
+    )
     parser.add_argument(
         "--late-s", type=float, default=10.0, help="seconds a poll may take beyond connect + hold"
     )
