@@ -276,7 +276,7 @@ async def _polls(spec: dict[str, Any]) -> dict[str, Any]:
     for p in polls:
         if "error" in p:
             errors[p["error"]] = errors.get(p["error"], 0) + 1
-        elif not p["job_null"]:
+        elif not p["job_null"] and not p.get("job"):
             errors[f"status {p['status']}"] = errors.get(f"status {p['status']}", 0) + 1
     null = [p for p in polls if p.get("job_null")]
     waits = [p["answered"] - p["sent"] for p in null]
