@@ -223,8 +223,8 @@ def centered_clip(
         return CClipResult(g=zeros, weight_hex=ZERO_WEIGHT_HEX, scales={})
     w = _F32(1) / _F32(len(ids))
     one = _F32(1)
-    v = {name: np.array(center[name], dtype=_F32) for name in names}
-    vflat = {name: v[name].reshape(-1) for name in names}  # views of v
+    v = {name: np.array(center[name], dtype=_F32, order="C") for name in names}
+    vflat = {name: v[name].reshape(-1) for name in names}  # views of v: C order, always
     flats = {hk: {name: _flat(deltas[hk][name]) for name in names} for hk in ids}
     plan = list(segments(vflat, names))
     t, acc, wide = np.empty(CHUNK, dtype=_F32), np.empty(CHUNK, dtype=_F32), _wide()
@@ -281,8 +281,9 @@ def outer_step(state: OuterState, g: Tensors, params: Params) -> OuterState:
     center: dict[str, F32Array] = {}
     t = np.empty(CHUNK, dtype=_F32)
     for name in _names(state.theta):
-        u[name] = np.empty_like(state.u[name], dtype=_F32)
-        theta[name] = np.empty_like(state.theta[name], dtype=_F32)
+        # C order, whatever the inputs': u_out and th_out below must be views, not copies.
+        u[name] = np.empty_like(state.u[name], dtype=_F32, order="C")
+        theta[name] = np.empty_like(state.theta[name], dtype=_F32, order="C")
         u_in, g_in, th_in = _flat(state.u[name]), _flat(g[name]), _flat(state.theta[name])
         u_out, th_out = u[name].reshape(-1), theta[name].reshape(-1)
         for start in range(0, u_out.shape[0], CHUNK):
