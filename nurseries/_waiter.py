@@ -13,8 +13,10 @@ returns how many it woke: all of them, or with ``limit=n`` the ``n`` that have w
 (first come, first served: a new piece of work wakes one waiter, not a herd). `waiting` says
 how many wait on a key. If a deadline and a notify land in the same instant the notification
 wins. A waiter that is cancelled from outside raises ``trio.Cancelled`` as usual, unless it
-was notified first: then it returns `Notified` (its caller's next checkpoint raises), so a
-caller that may be cancelled while it acts on a notification passes it on itself.
+was notified before it ran again (whichever came first, the cancel or the notify): then it
+returns `Notified` and its caller's next checkpoint raises the cancel, so a caller that may be
+cancelled while it acts on a notification can pass it on itself; no notification is lost
+inside the waiter.
 
 Memory is bounded by the tasks currently waiting: a key's entry is dropped as soon as it has
 no waiters, whether they were notified, timed out or cancelled.
@@ -109,6 +111,12 @@ class KeyedWaiter(Generic[K, V]):
         try:
             with trio.move_on_at(deadline):
                 await slot.event.wait()
+        except trio.Cancelled:
+            # Cancelled while parked, but notified before it ran (notify counted it as woken):
+            # hand the notification back; the cancel is raised again at the caller's next
+            # checkpoint (Trio's cancellation is level-triggered), after it could pass it on.
+            if slot.result is None:
+                raise
         finally:
             if slot.result is None:
                 self._waiting -= 1

@@ -268,3 +268,28 @@ async def test_a_waiter_notified_then_cancelled_still_returns_its_notification(
     assert got == [Notified(2)]
     assert doomed.cancelled_caught
     assert waiter.statistics() == idle()
+
+
+async def test_a_waiter_cancelled_then_notified_before_it_runs_returns_the_notification(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The cancel comes first, the notify in the same step (the task has not run yet): notify
+    counts it, so the wait must hand the notification back rather than lose it."""
+    waiter: KeyedWaiter[str, int] = KeyedWaiter()
+    got: list[WaitResult[int]] = []
+    doomed = trio.CancelScope()
+
+    async def first() -> None:
+        with doomed:
+            got.append(await waiter.wait("k", deadline=trio.current_time() + 100.0))
+            await trio.lowlevel.checkpoint()
+            got.append(TimedOut())  # must not run: the checkpoint raised
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(first)
+        await trio.sleep(1.0)
+        doomed.cancel()
+        assert waiter.notify("k", 5, limit=1) == 1
+    assert got == [Notified(5)]
+    assert doomed.cancelled_caught
+    assert waiter.statistics() == idle()

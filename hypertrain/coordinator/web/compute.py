@@ -204,11 +204,12 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 hub.hand_on(hops)
                 hops = 0
                 woken = await hub.waiter.wait(WORK, deadline=deadline)
+                if isinstance(woken, Notified):
+                    hops = woken.value  # before any checkpoint: a cancel hands it on
                 if isinstance(woken, Stopping) or ctx.stopping.is_set():
                     return stopping_response()
                 if not isinstance(woken, Notified):
                     return json_response(unstructure(LeaseAnswer(None)))
-                hops = woken.value
         finally:
             hub.hand_on(hops)  # woken, then answered null at the deadline or cancelled
 
