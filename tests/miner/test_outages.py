@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import math
+from collections.abc import Container
 from pathlib import Path
 
 import httpx
@@ -38,27 +39,46 @@ leaves, the upload, the DeltaManifest, the next round's view polls and start sta
 
 
 class Outages(httpx.AsyncBaseTransport):
-    """``inner``, refusing every connection while an outage lasts; counts what it refused."""
+    """``inner``, refusing every connection while an outage lasts; counts what it refused.
 
-    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+    The Accept of each round in ``accept_rounds`` (every round by default) starts an outage of
+    ``accept_seconds`` (no hook point precedes it); the Accept answers' statuses are kept in
+    ``accept_answers``."""
+
+    def __init__(
+        self,
+        inner: httpx.AsyncBaseTransport,
+        *,
+        accept_seconds: float = OUTAGE,
+        accept_rounds: Container[int] = range(2**53),
+    ) -> None:
         self.inner = inner
+        self.accept_seconds = accept_seconds
+        self.accept_rounds = accept_rounds
         self.until = -math.inf
+        self.started: set[str] = set()
         self.refused: dict[str, int] = {}
+        self.accept_answers: list[int] = []
         self.cause = ""
 
-    def start(self, cause: str) -> None:
-        self.until = trio.current_time() + OUTAGE
+    def start(self, cause: str, seconds: float = OUTAGE) -> None:
+        self.until = trio.current_time() + seconds
         self.cause = cause
+        self.started.add(cause)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.path.endswith("/accept"):  # no hook point precedes Accept: start here
+        accept = request.url.path.endswith("/accept")
+        if accept:
             w = json.loads(request.content)["body"]["w"]
-            if f"accept:{w}" not in self.refused:
-                self.start(f"accept:{w}")
+            if w in self.accept_rounds and f"accept:{w}" not in self.started:
+                self.start(f"accept:{w}", self.accept_seconds)
         if trio.current_time() < self.until:
             self.refused[self.cause] = self.refused.get(self.cause, 0) + 1
             raise httpx.ConnectError("all attempts to connect failed", request=request)
-        return await self.inner.handle_async_request(request)
+        response = await self.inner.handle_async_request(request)
+        if accept:
+            self.accept_answers.append(response.status_code)
+        return response
 
 
 async def test_a_miner_commits_and_uploads_every_round_through_an_outage_in_each_phase(
@@ -181,31 +201,17 @@ async def test_a_miner_whose_accept_expired_in_an_outage_fails_that_round_and_go
         httpx.AsyncClient(transport=transport, base_url=API) as client,
     ):
         await _launch(client, run_manifest)
-        answers: list[int] = []
-        until: list[float] = []
-
-        class Late(httpx.AsyncBaseTransport):
-            async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-                accept = request.url.path.endswith("/accept")
-                if accept and not until:
-                    until.append(trio.current_time() + 25.0)
-                if until and trio.current_time() < until[0]:
-                    raise httpx.ConnectError("all attempts to connect failed", request=request)
-                response = await transport.handle_async_request(request)
-                if accept:
-                    answers.append(response.status_code)
-                return response
-
+        outages = Outages(transport, accept_seconds=25.0, accept_rounds={0})
         with trio.fail_after(ROUND_TIMEOUT * 2):
             summary = await run_miner(
                 _config(tmp_path, key, data_dir),
                 key,
                 rounds=2,
                 start=0,
-                transport=Late(),
+                transport=outages,
                 progress=Progress(io.StringIO()),
                 configure=lambda env: None,
             )
     assert [r.status for r in summary.rounds] == [RoundStatus.FAILED, RoundStatus.UPLOADED]
     assert "expired" in summary.rounds[0].detail, summary.rounds[0]
-    assert answers == [400, 200], answers
+    assert outages.accept_answers == [400, 200], outages.accept_answers
