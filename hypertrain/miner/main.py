@@ -81,9 +81,9 @@ __all__ = [
 ]
 
 SHUTDOWN_GRACE_SECONDS: Final = 10.0
+"""After SIGINT/SIGTERM/SIGHUP, how long the current HTTP call may finish before it is cancelled."""
 MAX_START_WAIT: Final = 86400.0
 """The longest ``--start-wait`` (a day)."""
-"""After SIGINT/SIGTERM/SIGHUP, how long the current HTTP call may finish before it is cancelled."""
 TEST_PAUSE_ENV: Final = "HYPERTRAIN_TEST_MINER_PAUSE_AT"
 TEST_PAUSE_SECONDS: Final = 60.0
 """How long the test-only pause or hold (module docstring) blocks before the miner goes on."""

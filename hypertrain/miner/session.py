@@ -139,7 +139,8 @@ async def _reach(
     try:
         return await retry(reach, deadline=deadline, transient=transient, backoff=settings.backoff)
     except GaveUp as e:
-        raise e.last from None  # the last failure: what the exit line names
+        last = e.last  # the last failure, with its own cause: what the exit line names
+        raise last from last.__cause__
 
 
 def verify_manifest(envelope: Mapping[str, Any], run_id: str, owner: str | None) -> RunManifest:

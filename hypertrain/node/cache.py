@@ -103,7 +103,14 @@ class InputCache:
         for shard in directory.iterdir():
             if shard.is_dir() and shard.name != "tmp":
                 for path in shard.iterdir():
-                    if not is_hex64(path.name) or path.parent.name != path.name[:2]:
+                    if path.is_dir() and not path.is_symlink():
+                        shutil.rmtree(path, ignore_errors=True)  # the cache makes no such thing
+                        continue
+                    if (
+                        path.is_symlink()
+                        or not is_hex64(path.name)
+                        or path.parent.name != path.name[:2]
+                    ):
                         path.unlink(missing_ok=True)  # not an input this cache wrote
                         continue
                     st = path.stat()

@@ -242,12 +242,15 @@ class NodeRunner:
                 await self._back_off(str(e), e.retry_after)
 
     async def _back_off(self, why: str, retry_after: float | None) -> None:
-        """The next wait of the error backoff, at least ``retry_after`` (the server's)."""
+        """The next wait of the error backoff, at least ``retry_after`` (the server's) but
+        never above the backoff's ``maximum``: a node has no deadline, so a proxy's
+        ``Retry-After: 86400`` would otherwise park it for a day."""
         self._failures += 1
         now = trio.current_time()
+        asked = min(retry_after or 0.0, self._backoff.maximum)
         delay = next_delay(
             self._backoff, self._failures, self._draw(),
-            now=now, deadline=math.inf, not_before=retry_after or 0.0,
+            now=now, deadline=math.inf, not_before=asked,
         )  # fmt: skip
         if delay is None:  # pragma: no cover - no deadline: there is always a next try
             raise AssertionError("next_delay gave up without a deadline")

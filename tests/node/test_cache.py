@@ -140,13 +140,21 @@ def test_cache_max_mb_is_a_positive_count_of_mib_defaulting_to_2048() -> None:
 
 
 async def test_start_drops_files_the_cache_did_not_write(tmp_path: Path) -> None:
-    """A stray file in a shard directory (not a sha256 name, or in the wrong shard) is removed
-    at start instead of stopping the node."""
+    """A stray file or directory in a shard directory (not a sha256 name, in the wrong shard, a
+    directory even with an input's name, a link) is removed at start instead of stopping the
+    node."""
     shard = tmp_path / "cache" / "ab"
     shard.mkdir(parents=True)
     (shard / "notes.txt").write_text("mine")
     (shard / ("cd" * 32)).write_bytes(b"misplaced")
+    (shard / "subdir").mkdir()
+    (shard / "subdir" / "x").write_text("x")
+    (shard / ("ab" * 32)).mkdir()
+    outside = tmp_path / "outside"
+    outside.write_text("keep me")
+    (shard / ("ab" + "ef" * 31)).symlink_to(outside)
     cache = InputCache(tmp_path)
     cache.open()
     assert sorted(shard.iterdir()) == []
     assert cache.size == 0
+    assert outside.read_text() == "keep me"

@@ -303,15 +303,17 @@ async def test_a_retry_after_is_the_least_wait_before_the_next_lease(
         return httpx.Response(status, json={"detail": "later"}, headers={"Retry-After": seconds})
 
     # a shutting-down coordinator's 503 and a 429 ask for more than the backoff would wait;
-    # an HTTP-date Retry-After is not understood: the backoff alone applies
+    # an HTTP-date Retry-After is not understood: the backoff alone applies; a day is more
+    # than the backoff's maximum (60 s), which bounds it
     harness.fake.lease_failures = [
         asked(503, "20"),
         asked(429, "9"),
         asked(503, "Wed, 21 Oct 2015 07:28:00 GMT"),
+        asked(503, "86400"),
     ]
-    await harness.loop_for(100.0)
+    await harness.loop_for(150.0)
     gaps = [round(b - a) for a, b in itertools.pairwise(harness.fake.lease_times)]
-    assert gaps[:4] == [20, 9, 4, 25]
+    assert gaps[:5] == [20, 9, 4, 60, 25]
     assert any("HTTP 503: later; retrying in 20 s" in line for line in harness.lines)
 
 
