@@ -22,7 +22,6 @@ then :meth:`BeaconClock.observe <hypertrain.beacon.clock.BeaconClock.observe>`.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -36,6 +35,7 @@ from hypertrain.beacon.relays import USER_AGENT
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import KeyfileError, ProtocolError
 from hypertrain.protocol.keys import read_private_file
+from hypertrain.protocol.tokens import MAX_TOKEN_FILE_BYTES, token_in
 from hypertrain.store import Database
 from nurseries import WallClock
 
@@ -50,10 +50,7 @@ __all__ = [
 
 DEFAULT_SINK_TIMEOUT: Final = httpx.Timeout(connect=3.0, read=10.0, write=10.0, pool=5.0)
 """Per-request limits towards the coordinator (an ingest also runs audit selection)."""
-MAX_TOKEN_FILE_BYTES: Final = 4096
-"""A token file longer than this is refused unread."""
 
-_TOKEN: Final = re.compile(r"[A-Za-z0-9._~-]+")
 _DETAIL_CHARS: Final = 200
 
 
@@ -70,7 +67,8 @@ class BeaconSink(Protocol):
 
 
 def read_token(path: Path) -> str:
-    """The token in ``path``: exactly one ``[A-Za-z0-9._~-]+`` once whitespace is stripped.
+    """The one token of the file ``path`` (:func:`~hypertrain.protocol.tokens.token_in`: the
+    daemon's own rule).
 
     The file is read as the daemon reads its own token files
     (:func:`~hypertrain.protocol.keys.read_private_file`: a regular file, never through a
@@ -84,15 +82,13 @@ def read_token(path: Path) -> str:
         raise TokenFileError(f"admin token file {e.detail}") from e
     except OSError as e:
         raise TokenFileError(f"admin token file {path}: cannot read ({e.strerror})") from e
-    try:
-        token = data.decode("ascii").strip()
-    except UnicodeDecodeError:
-        token = ""
-    if not _TOKEN.fullmatch(token):
+    token = token_in(data)
+    if token is None:
         raise TokenFileError(
-            f"admin token file {path}: expected exactly one [A-Za-z0-9._~-]+ token"
+            f"admin token file {path}: does not hold exactly one token (visible ASCII,"
+            " no whitespace)"
         )
-    return token
+    return token.decode("ascii")
 
 
 def _detail(response: httpx.Response) -> str:

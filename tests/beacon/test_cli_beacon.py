@@ -130,7 +130,7 @@ async def test_push_auth_failure_exits_2(
         assert await s.push() == 2
 
 
-@pytest.mark.parametrize("content", ["", "a b", "tok/en", "x" * 5000])
+@pytest.mark.parametrize("content", ["", "a b", "tokén", "tok\x00en", "x" * 5000])
 async def test_push_malformed_token_file_exits_2(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, capsys: Capture, content: str
 ) -> None:
