@@ -14,7 +14,6 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Iterable
 from typing import Any, cast
 
 import attrs
@@ -33,44 +32,55 @@ _NOT_A_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"|[^\[\]{}"]+')
 _BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
-def _problem(value: object, path: str, depth: int, *, floats: bool) -> str | None:
-    """``path: reason`` of the first item of ``value`` the protocol refuses, or None: nesting
-    deeper than 64 levels, a number literal the parser stood a :class:`_Refused` in for, an
-    integer beyond +-(2^53-1), a lone surrogate in a string or key, a key that is not a string,
-    a value that is not JSON, and a float unless ``floats`` (parsed bodies may hold floats,
-    whose fields the converter checks; preimages may not)."""
+def _problem(value: object, depth: int, *, floats: bool) -> tuple[str, str] | None:
+    """``(path below value, reason)`` of the first item of ``value`` the protocol refuses, or
+    None: nesting deeper than 64 levels, a number literal the parser stood a :class:`_Refused`
+    in for, an integer beyond +-(2^53-1), a lone surrogate in a string or key, a key that is
+    not a string, a value that is not JSON, and a float unless ``floats`` (parsed bodies may
+    hold floats, whose fields the converter checks; preimages may not). The path is built
+    only for a refused item (this walk runs on every envelope signed or checked)."""
     if depth > _MAX_DEPTH:
-        return f"{path}: nested deeper than {_MAX_DEPTH} levels"
+        return "", f"nested deeper than {_MAX_DEPTH} levels"
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, _Refused):
-        return f"{path}: {value.reason}"
+        return "", value.reason
     if isinstance(value, int):
         in_range = -MAX_SAFE_INT <= value <= MAX_SAFE_INT
-        return None if in_range else f"{path}: integer {value} is beyond +-(2^53-1)"
+        return None if in_range else ("", f"integer {value} is beyond +-(2^53-1)")
     if isinstance(value, float):
-        return None if floats else f"{path}: floats are not allowed (send reals as f32 hex)"
+        return None if floats else ("", "floats are not allowed (send reals as f32 hex)")
     if isinstance(value, str):
-        return f"{path}: a string holds a lone surrogate" if _SURROGATE.search(value) else None
-    items: Iterable[tuple[str, object]]
+        return ("", "a string holds a lone surrogate") if _SURROGATE.search(value) else None
     if isinstance(value, dict):
         for key in value:
             if not isinstance(key, str):
-                return f"{path}: object key {key!r:.40} is not a string"
+                return "", f"object key {key!r:.40} is not a string"
             if _SURROGATE.search(key):
-                return f"{path}: an object key holds a lone surrogate"
-        items = ((f"{path}.{key:.40}", item) for key, item in value.items())
-    elif isinstance(value, list | tuple):
-        items = ((f"{path}[{index}]", item) for index, item in enumerate(value))
-    else:
-        return f"{path}: {type(value).__name__} is not a JSON value"
-    walk = (_problem(item, at, depth + 1, floats=floats) for at, item in items)
-    return next((problem for problem in walk if problem is not None), None)
+                return "", "an object key holds a lone surrogate"
+        for key, item in value.items():
+            found = _problem(item, depth + 1, floats=floats)
+            if found is not None:
+                return f".{key:.40}{found[0]}", found[1]
+        return None
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _problem(item, depth + 1, floats=floats)
+            if found is not None:
+                return f"[{index}]{found[0]}", found[1]
+        return None
+    return "", f"{type(value).__name__} is not a JSON value"
+
+
+def _refused(value: object, *, floats: bool) -> str | None:
+    """``$path: reason`` of the first item of ``value`` the protocol refuses, or None."""
+    found = _problem(value, 0, floats=floats)
+    return None if found is None else f"${found[0]}: {found[1]}"
 
 
 def canonical_json(value: object) -> bytes:
     """The RFC 8785 bytes of ``value``; raises CanonicalJSONError naming the refused item."""
-    problem = _problem(value, "$", 0, floats=False)
+    problem = _refused(value, floats=False)
     if problem is not None:
         raise CanonicalJSONError(problem)
     try:
@@ -164,7 +174,7 @@ def parse_json(data: bytes | str) -> Any:
     if text.count("[") + text.count("{") > _MAX_DEPTH and _depth(text) > _MAX_DEPTH:
         raise Malformed(f"JSON: nested deeper than {_MAX_DEPTH} levels")
     if _MAYBE_REFUSED.search(text):
-        problem = _problem(value, "$", 0, floats=True)
+        problem = _refused(value, floats=True)
         if problem is not None:
             raise Malformed(f"JSON: {problem}")
     return value
