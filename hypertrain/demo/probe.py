@@ -20,6 +20,7 @@ which a miner pays once, not every round).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -31,8 +32,19 @@ import trio
 from hypertrain.demo.children import Children
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.manifest import RunManifest
+from nurseries import exit_when_lifeline_cut, lifeline_from_env
 
-__all__ = ["PROBE_SECONDS", "ProbeFailed", "main", "measure_training", "probe"]
+__all__ = [
+    "LIFELINE_CUT_STATUS",
+    "PROBE_SECONDS",
+    "ProbeFailed",
+    "main",
+    "measure_training",
+    "probe",
+]
+
+LIFELINE_CUT_STATUS: Final = 3
+"""The probe's exit status when its lifeline is cut (:func:`main`)."""
 
 PROBE_SECONDS: Final = 90.0
 """Bound for the probe: importing torch and configuring determinism take a few seconds (more on
@@ -76,7 +88,12 @@ def probe(manifest: RunManifest, dataset: Path) -> dict[str, float]:
 
 
 def main(argv: Sequence[str]) -> int:
-    """``MANIFEST DATASET`` (module doc); 0 when it printed its line, 2 on a usage error."""
+    """``MANIFEST DATASET`` (module doc); 0 when it printed its line, 2 on a usage error. A
+    probe started with a lifeline (the demo's children hold one) exits at once with
+    :data:`LIFELINE_CUT_STATUS` when it is cut: a SIGKILLed demo leaves no probe behind."""
+    lifeline = lifeline_from_env(os.environ)
+    if lifeline is not None:
+        exit_when_lifeline_cut(lifeline, LIFELINE_CUT_STATUS)
     if len(argv) != 2:
         print("usage: python -m hypertrain.demo.probe MANIFEST DATASET", file=sys.stderr)
         return 2
