@@ -34,6 +34,7 @@ import httpx
 import trio
 
 from hypertrain.protocol.errors import NotFound
+from hypertrain.protocol.pages import RUN_VIEW_LISTS, read_all_pages, round_key
 from nurseries import Backoff, GaveUp, parse_retry_after, retry
 
 __all__ = [
@@ -191,8 +192,15 @@ class AggregatorClient:
             raise DaemonUnreachable(f"{method} {path}: the answer is not JSON") from e
 
     async def run_view(self, run_id: str) -> dict[str, Any]:
-        """``GET /v1/runs/{id}``."""
-        return dict(await self._json("GET", f"/v1/runs/{run_id}"))
+        """``GET /v1/runs/{id}`` with every page of its rounds (the oldest round not final may
+        be far down the history: one request per 256 rounds)."""
+        path = f"/v1/runs/{run_id}"
+
+        async def page(offset: int) -> dict[str, Any]:
+            params = {"offset": str(offset)} if offset else {}
+            return dict(await self._json("GET", path, params=params))
+
+        return await read_all_pages(page, RUN_VIEW_LISTS, key=round_key)
 
     async def beacon_latest(self) -> int:
         """D: ``GET /v1/beacon/latest``."""

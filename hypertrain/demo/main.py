@@ -113,6 +113,13 @@ from hypertrain.miner.honeypot import HoneypotMode
 from hypertrain.protocol.envelope import NEVER, seal
 from hypertrain.protocol.hashes import honeypot_commit
 from hypertrain.protocol.manifest import RunManifest
+from hypertrain.protocol.pages import (
+    ROUND_VIEW_LISTS,
+    RUN_VIEW_LISTS,
+    Key,
+    read_all_pages,
+    round_key,
+)
 from hypertrain.scoring.registry import DELTA_LOSS
 from nurseries import open_supervisor
 
@@ -510,13 +517,13 @@ async def _watch(
     with trio.move_on_after(per_round * options.rounds + SCORING_SECONDS):
         while True:
             _check_children(daemon, miners)
-            run = (await client.get(f"/v1/runs/{run_id}")).json()
-            for item in run.get("rounds", []):
+            run = await _run_view(client, run_id)
+            for item in sorted(run.get("rounds") or [], key=lambda r: int(r["w"])):
                 w = int(item["w"])
                 done = table.printed.get(w)
                 if done is not None and done.complete:
                     continue
-                view = (await client.get(f"/v1/runs/{run_id}/rounds/{w}")).json()
+                view = await _paged(client, f"/v1/runs/{run_id}/rounds/{w}", ROUND_VIEW_LISTS)
                 row = RoundRow.from_view(view, expect_audits=expect_audits)
                 if w == 0 and initial is None and row.heldout_loss is not None:
                     initial = row.heldout_loss
@@ -529,6 +536,26 @@ async def _watch(
                 return rows, initial
             await trio.sleep(POLL_SECONDS)
     return table.latest(), initial
+
+
+async def _paged(
+    client: httpx.AsyncClient, path: str, lists: tuple[str, ...], key: Key | None = None
+) -> dict[str, Any]:
+    """The view at ``path`` with every page of its ``lists`` (one request while the run has at
+    most 256 rounds and miners, as the demo's runs do)."""
+
+    async def page(offset: int) -> dict[str, Any]:
+        answer: dict[str, Any] = (
+            await client.get(path, params={"offset": offset} if offset else None)
+        ).json()
+        return answer
+
+    return await read_all_pages(page, lists, key=key)
+
+
+async def _run_view(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
+    """The run view with all its rounds."""
+    return await _paged(client, f"/v1/runs/{run_id}", RUN_VIEW_LISTS, round_key)
 
 
 async def _drill_outcome(
@@ -571,8 +598,8 @@ async def _payout(client: httpx.AsyncClient, ws: Workspace, net: _Network, say: 
     """Wait until round 0 is RELEASED (its escrow vested; the caller bounds the wait), then ask
     ``get_weights`` for the current chain epoch (the Cortex master's call) and say it."""
     while True:
-        run = (await client.get(f"/v1/runs/{net.run_id}")).json()
-        states = {int(r["w"]): r["state"] for r in run.get("rounds", [])}
+        run = await _run_view(client, net.run_id)
+        states = {int(r["w"]): r["state"] for r in run.get("rounds") or []}
         if states.get(0) == "RELEASED":
             break
         await trio.sleep(POLL_SECONDS)

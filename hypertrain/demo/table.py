@@ -45,6 +45,11 @@ def _number(value: object) -> float | None:
     return float(value)
 
 
+def _uploaded(miner: Mapping[str, Any]) -> bool:
+    """The miner uploaded its delta (``delta_hash`` set; a full view's ``delta_manifest``)."""
+    return miner.get("delta_hash") is not None or miner.get("delta_manifest") is not None
+
+
 @attrs.frozen
 class RoundRow:
     """One round of the table (module doc)."""
@@ -86,7 +91,7 @@ class RoundRow:
         return cls(
             w=int(view["w"]),
             state=str(view["state"]),
-            uploaded=sum(1 for m in miners if m.get("delta_manifest") is not None),
+            uploaded=sum(1 for m in miners if _uploaded(m)),
             rostered=len(miners),
             update_norm=_number(view.get("update_norm")),
             clipped=clipped if isinstance(clipped, int) else None,

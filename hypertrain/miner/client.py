@@ -46,6 +46,7 @@ from hypertrain.miner.errors import ApiError, UploadRefused
 from hypertrain.protocol.envelope import Envelope
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.object_auth import sign_headers
+from hypertrain.protocol.pages import ROUND_VIEW_LISTS, read_all_pages
 from nurseries import parse_retry_after
 
 __all__ = [
@@ -166,11 +167,23 @@ class CoordinatorClient:
         """``GET /v1/runs/{id}/dataset``: the run's registered dataset (404 when none)."""
         return await self._read(DatasetInfo, "GET", f"/v1/runs/{run_id}/dataset")
 
-    async def round_view(self, run_id: str, w: int) -> RoundView | None:
-        """The round view, or None while round ``w`` is not opened (404)."""
+    async def round_view(self, run_id: str, w: int, *, full: bool = False) -> RoundView | None:
+        """The round view with every page of its miners (one request up to 256 miners), or
+        None while round ``w`` is not opened (404); ``full``: with the miners' envelopes (the
+        ReplayVerdicts), which only the dispute follower reads."""
         path = f"/v1/runs/{run_id}/rounds/{w}"
-        status, body = await self._request("GET", path, ok_statuses=(404,))
-        return None if status == 404 else read_answer(RoundView, body, f"GET {path}")
+        query = {"full": "1"} if full else {}
+        missing = False
+
+        async def page(offset: int) -> Mapping[str, Any]:
+            nonlocal missing
+            params = {**query, "offset": str(offset)} if offset else query
+            status, body = await self._request("GET", path, ok_statuses=(404,), params=params)
+            missing = status == 404
+            return body if isinstance(body, Mapping) and not missing else {}
+
+        body = await read_all_pages(page, ROUND_VIEW_LISTS)
+        return None if missing else read_answer(RoundView, body, f"GET {path}")
 
     async def accept(self, run_id: str, envelope: Envelope) -> None:
         await self._request("POST", f"/v1/runs/{run_id}/accept", json=envelope.to_json())

@@ -251,7 +251,9 @@ class DisputeFollower:
     async def _round_view(self, w: int) -> RoundView:
         client, run_id = self.runner.client, self.runner.run_id
         try:
-            view = await self._steps.call("round view", w, lambda: client.round_view(run_id, w))
+            view = await self._steps.call(
+                "round view", w, lambda: client.round_view(run_id, w, full=True)
+            )
         except ApiError as e:
             raise GiveUp(f"round view: {e}") from e
         if view is None:

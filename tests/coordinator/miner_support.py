@@ -65,7 +65,8 @@ class Flow:
         return await self.h.client.post(f"{self.runs}/{route}", json=body)
 
     async def view(self) -> dict[str, Any]:
-        r = await self.h.client.get(f"{self.runs}/rounds/0")
+        """Round 0's view with the miners' envelopes (``full=1``)."""
+        r = await self.h.client.get(f"{self.runs}/rounds/0", params={"full": "1"})
         assert r.status_code == 200, r.text
         view: dict[str, Any] = r.json()
         return view

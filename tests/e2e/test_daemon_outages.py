@@ -117,7 +117,7 @@ async def _merged(net: CrashNetwork, w: int) -> dict[str, Any]:
     """Round ``w``'s view once it is merged (the last one is merged at its ``d_upload``)."""
     with trio.fail_after(ROUND_SECONDS + 30.0):
         while True:
-            view: dict[str, Any] = await net.get_json(f"/v1/runs/{net.run_id}/rounds/{w}")
+            view: dict[str, Any] = await net.get_json(f"/v1/runs/{net.run_id}/rounds/{w}?full=1")
             if view["tape_key"] is not None:
                 return view
             await trio.sleep(0.5)

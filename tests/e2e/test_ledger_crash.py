@@ -157,7 +157,7 @@ async def _ask_weights(net: CrashNetwork, watch: Watch, *, now: bool) -> None:
 async def _feed_records(net: CrashNetwork, w: int) -> int:
     """How many journal records the feed of round ``w`` (the next to be final) will write: a
     commit and a verdict per committed miner, and the finalize (0: round ``w`` is not open)."""
-    r = await net.get(f"/v1/runs/{net.run_id}/rounds/{w}")
+    r = await net.get(f"/v1/runs/{net.run_id}/rounds/{w}?full=1")
     if r is None or r.status_code == 404:
         return 0
     assert r.status_code == 200, r.text
@@ -333,7 +333,8 @@ async def test_the_ledger_survives_thirty_sigkills_of_the_daemon(tmp_path: Path)
             for slot in net.miners:  # each went through its last round before it was final
                 await slot.child.wait(KILL_WAIT)
             await _ask_weights(net, watch, now=True)  # it feeds the ledger every final round first
-            views = {w: await net.get_json(f"/v1/runs/{net.run_id}/rounds/{w}") for w in finals}
+            path = f"/v1/runs/{net.run_id}/rounds"
+            views = {w: await net.get_json(f"{path}/{w}?full=1") for w in finals}
             assert await net.stop_daemon() == 0, net.current_daemon().tail()
     # The miners rode out every kill in one process each; a round one lost had a deadline
     # swallowed by an outage.

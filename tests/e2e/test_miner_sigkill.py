@@ -60,7 +60,7 @@ KILL_POINTS = [
 
 
 async def _row(client: httpx.AsyncClient, run_id: str, hotkey: str) -> dict[str, Any]:
-    view = (await client.get(f"/v1/runs/{run_id}/rounds/0")).json()
+    view = (await client.get(f"/v1/runs/{run_id}/rounds/0?full=1")).json()
     rows = [row for row in view["miners"] if row["hotkey"] == hotkey]
     assert len(rows) == 1, view["miners"]
     row: dict[str, Any] = rows[0]
@@ -110,7 +110,7 @@ async def test_a_miner_killed_in_each_phase_finishes_the_round_after_a_restart(
                 async with trio.open_nursery() as nursery:
                     for miner, kill in zip(miners, KILL_POINTS, strict=True):
                         nursery.start_soon(_kill_and_restart, client, run_id, miner, kill)
-            view = (await client.get(f"/v1/runs/{run_id}/rounds/0")).json()
+            view = (await client.get(f"/v1/runs/{run_id}/rounds/0?full=1")).json()
         finally:
             for miner in miners:
                 await miner.kill()

@@ -46,7 +46,7 @@ async def test_three_miner_processes_upload_round_zero_over_sockets(tmp_path: Pa
                 for miner in miners:
                     codes[miner.key.ss58] = await miner.wait(ROUND_TIMEOUT)
             assert all(code == 0 for code in codes.values()), [m.describe() for m in miners]
-            view = (await client.get(f"/v1/runs/{run_id}/rounds/0")).json()
+            view = (await client.get(f"/v1/runs/{run_id}/rounds/0?full=1")).json()
             latest = (await client.get("/v1/beacon/latest")).json()["round"]
         finally:
             for miner in miners:

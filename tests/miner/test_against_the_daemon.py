@@ -126,7 +126,7 @@ async def test_three_miners_upload_round_zero_and_the_view_matches_their_journal
             async with trio.open_nursery() as nursery:
                 for key in MINERS:
                     nursery.start_soon(mine, key)
-        view = (await client.get(f"/v1/runs/{run_id}/rounds/0")).json()
+        view = (await client.get(f"/v1/runs/{run_id}/rounds/0", params={"full": "1"})).json()
         d_upload = view["round_open"]["body"]["d_upload"]
         assert handle.ctx.beacon.latest < d_upload  # all of it happened inside the window
 
@@ -188,7 +188,7 @@ async def test_miners_without_a_local_copy_fetch_the_registered_dataset(
                 progress=Progress(io.StringIO()),
                 configure=lambda env: None,
             )
-        view = (await client.get(f"/v1/runs/{run_id}/rounds/0")).json()
+        view = (await client.get(f"/v1/runs/{run_id}/rounds/0", params={"full": "1"})).json()
     assert summary.exit_code == 0
     row = {r["hotkey"]: r for r in view["miners"]}[key.ss58]
     assert row["status"] == "UPLOADED"

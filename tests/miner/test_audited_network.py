@@ -142,7 +142,8 @@ async def _launch(
 
 
 async def _views(client: httpx.AsyncClient, run_id: str) -> list[dict[str, Any]]:
-    return [(await client.get(f"/v1/runs/{run_id}/rounds/{w}")).json() for w in range(ROUNDS)]
+    path = f"/v1/runs/{run_id}/rounds"
+    return [(await client.get(f"{path}/{w}", params={"full": "1"})).json() for w in range(ROUNDS)]
 
 
 def _settled(views: list[dict[str, Any]]) -> bool:

@@ -85,7 +85,7 @@ class Network:
     summary: Summary | None = None
 
     async def view(self, w: int) -> dict[str, Any]:
-        r = await self.client.get(f"/v1/runs/{self.run_id}/rounds/{w}")
+        r = await self.client.get(f"/v1/runs/{self.run_id}/rounds/{w}", params={"full": "1"})
         assert r.status_code == 200, r.text
         view: dict[str, Any] = r.json()
         return view

@@ -79,7 +79,7 @@ async def test_uploaded_deltas_are_scored_by_the_fallback_when_no_node_is_online
                 if len(jobs) == 6 and all(j["state"] == "settled" for j in jobs):
                     break
                 await trio.sleep(1.0)
-        view = (await client.get(f"/v1/runs/{run_id}/rounds/0")).json()
+        view = (await client.get(f"/v1/runs/{run_id}/rounds/0?full=1")).json()
         hotkeys = [m["hotkey"] for m in view["miners"]]
         ledger_reads = await handle.ctx.db.read(round_soft_scores, run_id, 0, hotkeys)
         objects = handle.ctx.objects

@@ -1,11 +1,21 @@
 """The public read views of runs and rounds (spec section 9), each from one read transaction.
 
 - :func:`runs_list`: ``GET /v1/runs``;
-- :func:`run_view`: ``GET /v1/runs/{id}``, states derived at D;
-- :func:`round_facts` + :func:`round_view`: ``GET /v1/runs/{id}/rounds/{w}``. The facts are
-  read in one transaction; the assignment (pure, keyed by the stored beacon signature of round
-  ``d_assign``) is derived outside it by :func:`derive_assignment` and may be cached by the
-  caller: it depends only on the run, ``w``, that signature, the base and the roster.
+- :func:`run_view`: ``GET /v1/runs/{id}``, one page of its rounds (newest first) with their
+  states derived at D;
+- :func:`round_facts` + :func:`round_view`: ``GET /v1/runs/{id}/rounds/{w}``, one page of its
+  miners (by hotkey). The facts are read in one transaction; the assignment (pure, keyed by
+  the stored beacon signature of round ``d_assign``) is derived outside it by
+  :func:`derive_assignment` and may be cached by the caller: it depends only on the run,
+  ``w``, that signature, the base and the roster.
+
+Pages (:mod:`~hypertrain.coordinator.flows.pages`): what grows with history or with the roster
+is read and answered a page at a time, each read bounded by the page: the run view's rounds
+and the round view's miners, with what is per miner (its ``assignment`` item, its
+``scoring_jobs``). The round-level fields stay on every page. The per-miner envelopes (Commit,
+Receipt, DeltaManifest, ReplayVerdict) are answered only with ``full``; every page carries
+each miner's ``delta_hash`` (null until uploaded). Soft scores are still computed over every
+uploaded miner of the round (they are relative to the round's best and worst losses).
 
 From ``D >= d_assign`` on, the assignment needs ``drand[d_assign]``. If that round is not stored
 (the pusher skipped it), the view says so instead of guessing: ``assignment`` is null while
@@ -26,6 +36,7 @@ from hypertrain.coordinator.flows.aggregation import AggregationRow, get_aggrega
 from hypertrain.coordinator.flows.disputes import round_disputes
 from hypertrain.coordinator.flows.heldout import get_loss
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
+from hypertrain.coordinator.flows.pages import Page
 from hypertrain.coordinator.flows.rerun import reruns_of_round
 from hypertrain.coordinator.flows.softscores import scores_of_jobs
 from hypertrain.coordinator.flows.worker import is_ready
@@ -39,12 +50,18 @@ from hypertrain.coordinator.tables.audits import (
 )
 from hypertrain.coordinator.tables.disputes import disputes_of_round
 from hypertrain.coordinator.tables.finality import FinalRow, RollbackRow, get_final, get_rollback
-from hypertrain.coordinator.tables.miners import MinerRow, StateRow, get_round_state, miner_details
+from hypertrain.coordinator.tables.miners import (
+    MinerRow,
+    StateRow,
+    get_round_state,
+    miner_details,
+    uploaded_hotkeys,
+)
 from hypertrain.coordinator.tables.rounds import (
     RoundRow,
     get_round_row,
     miner_rows,
-    round_rows,
+    round_page,
     round_states,
 )
 from hypertrain.coordinator.tables.runs import RunRow, get_run, list_runs, roster_rows
@@ -73,11 +90,13 @@ def _config_json(run: RunRow) -> dict[str, Any] | None:
     return None if run.config is None else unstructure(run.config)
 
 
-def run_view(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
-    """The run with its config, manifest envelope, D, round states and roster (404 unknown)."""
+def run_view(conn: sqlite3.Connection, run_id: str, page: Page | None = None) -> dict[str, Any]:
+    """The run with its config, manifest envelope, D, a page of its rounds (newest first) with
+    their states, where the page stands (``page``) and the roster (404 unknown)."""
+    page = page or Page()
     run = get_run(conn, run_id)
     d = latest_round(conn)
-    rows = round_rows(conn, run_id)
+    rows, paging = page.cut(round_page(conn, run_id, page.offset, page.fetch))
     states = round_states(conn, d, rows)
     return {
         "run_id": run.run_id,
@@ -88,6 +107,7 @@ def run_view(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
         "rounds": [
             {"w": row.w, "state": state.value} for row, state in zip(rows, states, strict=True)
         ],
+        "page": paging,
         "roster": [unstructure(row) for row in roster_rows(conn, run_id)],
     }
 
@@ -105,14 +125,20 @@ class RoundFacts:
     audit_signature: str | None
     """Stored signature of beacon round ``d_audit`` (None before it is stored)."""
     miners: list[tuple[str, int, str]]
+    """``(hotkey, slot, status)`` of the miners read: the page's, or all of them."""
     details: dict[str, MinerRow] = field(factory=dict)
-    """Each miner's posted messages, by hotkey (absent: nothing posted)."""
+    """Each of :attr:`miners`' posted messages, by hotkey (absent: nothing posted)."""
+    page: Page | None = None
+    """The page of miners read; None: every miner (the aggregator's inputs)."""
+    paging: dict[str, Any] | None = None
+    """The answer's ``page`` object (None without a page)."""
     start_state: StateRow | None = None
     """The published start state of the round (PUT .../rounds/{w}/state), or None."""
     aggregation: AggregationRow | None = None
     """The daemon's aggregation of the round (its tape), or None."""
     scores: dict[str, list[Job]] = field(factory=dict)
-    """Each uploaded miner's compute scoring jobs (delta-loss public / hidden), by hotkey."""
+    """Each uploaded miner's compute scoring jobs (delta-loss public / hidden), by hotkey: every
+    uploaded miner of the round, on or off the page (the soft scores need them all)."""
     heldout_loss: float | None = None
     """The held-out loss of theta(w), the round's start weights (None until computed)."""
     heldout_loss_after: float | None = None
@@ -142,15 +168,25 @@ class RoundFacts:
         return self.round.deadlines.d_assign <= self.D
 
 
-def round_facts(conn: sqlite3.Connection, run_id: str, w: int) -> RoundFacts:
-    """Read round ``w`` of the run (404 for an unknown run or round)."""
+def round_facts(
+    conn: sqlite3.Connection, run_id: str, w: int, page: Page | None = None
+) -> RoundFacts:
+    """Read round ``w`` of the run (404 for an unknown run or round): its miners of ``page``,
+    or all of them without one."""
     run = get_run(conn, run_id)
     row = get_round_row(conn, run_id, w)
     if row is None:
         raise NotFound(f"round {w} of run {run_id} is not open")
     d = latest_round(conn)
     (state,) = round_states(conn, d, [row])
-    details = miner_details(conn, run_id, w)
+    if page is None:
+        miners, paging = miner_rows(conn, run_id, w), None
+        details = miner_details(conn, run_id, w)
+    else:
+        fetched = miner_details(conn, run_id, w, page.offset, page.fetch)
+        kept, paging = page.cut(list(fetched.values()))
+        miners = [(m.hotkey, m.slot, m.status) for m in kept]
+        details = {m.hotkey: m for m in kept}
     audits = jobs_of_round(conn, run_id, w)
     assign_round = get_round(conn, row.deadlines.d_assign) if d >= row.deadlines.d_assign else None
     audit_round = get_round(conn, row.deadlines.d_audit) if d >= row.deadlines.d_audit else None
@@ -161,14 +197,15 @@ def round_facts(conn: sqlite3.Connection, run_id: str, w: int) -> RoundFacts:
         state=state,
         assign_signature=None if assign_round is None else assign_round.signature,
         audit_signature=None if audit_round is None else audit_round.signature,
-        miners=miner_rows(conn, run_id, w),
+        miners=miners,
         details=details,
+        page=page,
+        paging=paging,
         start_state=get_round_state(conn, run_id, w),
         aggregation=get_aggregation(conn, run_id, w),
         scores={
             hotkey: job_scores(conn, scoring_subject(run_id, w, hotkey))
-            for hotkey, row in details.items()
-            if row.delta_hash is not None
+            for hotkey in uploaded_hotkeys(conn, run_id, w)
         },
         heldout_loss=get_loss(conn, run_id, w),
         heldout_loss_after=get_loss(conn, run_id, w + 1),
@@ -199,12 +236,36 @@ def derive_assignment(facts: RoundFacts) -> list[Assignment] | None:
     )
 
 
-_NOTHING_POSTED = {"received_round": None, "commit": None, "receipt": None, "delta_manifest": None}
+def _full(facts: RoundFacts) -> bool:
+    """Whether the per-miner envelopes are answered (always without a page)."""
+    return facts.page is None or facts.page.full
 
 
-def _posted(facts: RoundFacts, hotkey: str) -> dict[str, Any]:
-    row = facts.details.get(hotkey)
-    return dict(_NOTHING_POSTED) if row is None else row.view_json()
+@frozen
+class _RoundWide:
+    """What each miner item reads of the whole round."""
+
+    chosen: frozenset[str]
+    verdicts: dict[str, Any]
+    soft: dict[str, int]
+
+
+def _miner_json(facts: RoundFacts, item: tuple[str, int, str], wide: _RoundWide) -> dict[str, Any]:
+    hotkey, slot, status = item
+    full = _full(facts)
+    out = {
+        "hotkey": hotkey,
+        "slot": slot,
+        "status": status,
+        "selected": hotkey in wide.chosen,
+        **facts.details[hotkey].view_json(full=full),
+    }
+    if full:
+        out["verdict"] = wide.verdicts.get(hotkey)
+    out["rerun"] = facts.reruns.get(hotkey)
+    out["scores"] = _scores(facts.scores.get(hotkey, []))
+    out["soft_score_ppm"] = wide.soft[hotkey]
+    return out
 
 
 def _scores(jobs: list[Job]) -> dict[str, Any]:
@@ -250,7 +311,10 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
 
     Beyond spec 9: ``state_sha256`` / ``v0_sha256`` name the published start state blob(s) of
     the round (null until ``PUT /v1/aggregator/runs/{id}/rounds/{w}/state``), and each
-    ``miners[]`` item carries the Commit, Receipt and DeltaManifest envelopes once posted.
+    ``miners[]`` item carries its ``delta_hash`` and, with ``full`` (or without a page), the
+    Commit, Receipt and DeltaManifest envelopes once posted and the ``verdict``. With a page,
+    ``miners``, ``assignment`` and ``scoring_jobs`` hold the page's miners only and ``page`` says
+    where it stands (:meth:`~hypertrain.coordinator.flows.pages.Page.cut`; null without one).
     Once the daemon merged the round: ``tape_key``, ``update_norm`` (the merged update's L2
     norm, a float), ``clipped`` (how many deltas were preclipped). All null before the merge.
     With the daemon's ``holdout_dir`` set, ``heldout_loss`` is the held-out loss (mean token
@@ -276,12 +340,15 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
     ``rollback`` is null unless rounds w and w + 1 were recomputed without faulted miners, then
     ``{envelope, excluded, old_tapes, new_tapes, recorded_round}``.
     """
-    verdicts = {job.target: job.verdict_json() for job in facts.audits}
-    chosen = set(facts.selected or ())
     agg = facts.aggregation
     deadlines = facts.round.deadlines
     state = facts.start_state
-    soft = scores_of_jobs([hotkey for hotkey, _, _ in facts.miners], facts.scores)
+    shown = {hotkey for hotkey, _, _ in facts.miners}
+    wide = _RoundWide(
+        chosen=frozenset(facts.selected or ()),
+        verdicts={job.target: job.verdict_json() for job in facts.audits} if _full(facts) else {},
+        soft=scores_of_jobs(sorted(shown | set(facts.scores)), facts.scores),
+    )
     return {
         "run_id": facts.run.run_id,
         "w": facts.round.w,
@@ -296,28 +363,25 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
         "clipped": None if agg is None else agg.clipped,
         "heldout_loss": facts.heldout_loss,
         "heldout_loss_after": facts.heldout_loss_after,
-        "assignment": None if assignment is None else [unstructure(a) for a in assignment],
+        "assignment": (
+            None
+            if assignment is None
+            else [unstructure(a) for a in assignment if a.hotkey in shown]
+        ),
         "assignment_beacon_round": deadlines.d_assign,
         "assignment_beacon_signature": facts.assign_signature,
         "audit_beacon_round": deadlines.d_audit,
         "audit_beacon_signature": facts.audit_signature,
         "selected": facts.selected,
-        "miners": [
-            {
-                "hotkey": hotkey,
-                "slot": slot,
-                "status": status,
-                "selected": hotkey in chosen,
-                **_posted(facts, hotkey),
-                "verdict": verdicts.get(hotkey),
-                "rerun": facts.reruns.get(hotkey),
-                "scores": _scores(facts.scores.get(hotkey, [])),
-                "soft_score_ppm": soft[hotkey],
-            }
-            for hotkey, slot, status in facts.miners
-        ],
+        "miners": [_miner_json(facts, item, wide) for item in facts.miners],
+        "page": facts.paging,
         "jobs": [_audit_json(facts, job) for job in facts.audits],
-        "scoring_jobs": [job.score_json() for jobs in facts.scores.values() for job in jobs],
+        "scoring_jobs": [
+            job.score_json()
+            for hotkey, jobs in facts.scores.items()
+            if hotkey in shown
+            for job in jobs
+        ],
         "forfeits": facts.forfeits,
         "disputes": facts.disputes,
         "rollback": None if facts.rollback is None else facts.rollback.view_json(),

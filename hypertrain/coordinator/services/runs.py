@@ -24,6 +24,7 @@ import collections
 from typing import Any, Final
 
 from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.flows.pages import Page
 from hypertrain.coordinator.flows.roundview import RoundFacts, derive_assignment, round_facts
 from hypertrain.coordinator.flows.roundview import round_view as render_round_view
 from hypertrain.coordinator.tables.rounds import (
@@ -89,7 +90,8 @@ class RunsService:
                 self._assignments.popitem(last=False)
         return result
 
-    async def round_view(self, run_id: str, w: int) -> dict[str, Any]:
-        """``GET /v1/runs/{id}/rounds/{w}`` (404 for an unknown run or round)."""
-        facts = await self._ctx.db.read(round_facts, run_id, w)
+    async def round_view(self, run_id: str, w: int, page: Page | None = None) -> dict[str, Any]:
+        """``GET /v1/runs/{id}/rounds/{w}``: its miners of ``page`` (all without one); 404 for
+        an unknown run or round."""
+        facts = await self._ctx.db.read(round_facts, run_id, w, page)
         return render_round_view(facts, self.assignment(facts))

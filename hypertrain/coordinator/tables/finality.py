@@ -139,16 +139,25 @@ def last_final_w(conn: sqlite3.Connection, run_id: str) -> int:
 
 
 def final_marks(
-    conn: sqlite3.Connection, run_ids: Sequence[str]
+    conn: sqlite3.Connection, rounds: Sequence[tuple[str, int]]
 ) -> dict[tuple[str, int], tuple[int, int]]:
-    """``(run_id, w) -> (vesting_round, released_round)`` of every final round of the runs."""
+    """``(run_id, w) -> (vesting_round, released_round)`` of those of ``rounds`` that are final
+    (read per run between the lowest and highest ``w`` asked, along the primary key)."""
+    spans: dict[str, tuple[int, int]] = {}
+    for run_id, w in rounds:
+        low, high = spans.get(run_id, (w, w))
+        spans[run_id] = (min(low, w), max(high, w))
+    wanted = set(rounds)
     out: dict[tuple[str, int], tuple[int, int]] = {}
-    for run_id in sorted(set(run_ids)):
+    for run_id, (low, high) in sorted(spans.items()):
         rows = conn.execute(
-            "SELECT w, vesting_round, released_round FROM finalizations WHERE run_id = ?",
-            (run_id,),
+            "SELECT w, vesting_round, released_round FROM finalizations"
+            " WHERE run_id = ? AND w BETWEEN ? AND ?",
+            (run_id, low, high),
         )
-        out |= {(run_id, int(w)): (int(v), int(r)) for w, v, r in rows}
+        out |= {
+            (run_id, int(w)): (int(v), int(r)) for w, v, r in rows if (run_id, int(w)) in wanted
+        }
     return out
 
 

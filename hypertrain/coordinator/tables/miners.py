@@ -4,7 +4,8 @@
 Plain functions of a ``sqlite3.Connection`` for the DB runner, used by
 :mod:`hypertrain.coordinator.flows.miner` (the decisions) and by the round view:
 
-- :class:`MinerRow` / :func:`get_miner` / :func:`miner_details`: a miner's row of one round with
+- :class:`MinerRow` / :func:`get_miner` / :func:`miner_details` (a page of them, by hotkey) /
+  :func:`uploaded_hotkeys`: a miner's row of one round with
   its stored Accept, Commit, Receipt and DeltaManifest envelopes (canonical JSON text) and its
   uploaded delta's hash (:attr:`MinerRow.delta_hash`, a column: the one way to read it);
 - :func:`set_accepted`, :func:`set_committed`, :func:`set_uploaded`: the status changes;
@@ -47,6 +48,7 @@ __all__ = [
     "set_committed",
     "set_uploaded",
     "set_verdict_status",
+    "uploaded_hotkeys",
 ]
 
 _MINER_COLUMNS: Final = (
@@ -81,15 +83,19 @@ class MinerRow:
         body: dict[str, Any] = json.loads(self.commit_envelope)["body"]
         return body
 
-    def view_json(self) -> dict[str, Any]:
-        """The round view's per-miner facts: ``received_round``, ``commit`` (the Commit
-        envelope), ``receipt`` and ``delta_manifest`` (envelopes), each null until posted."""
-        return {
+    def view_json(self, *, full: bool = True) -> dict[str, Any]:
+        """The round view's per-miner facts: ``received_round`` and ``delta_hash``, and with
+        ``full`` ``commit`` (the Commit envelope), ``receipt`` and ``delta_manifest``
+        (envelopes); each null until posted."""
+        facts: dict[str, Any] = {
             "received_round": self.received_round,
-            "commit": _json(self.commit_envelope),
-            "receipt": _json(self.receipt),
-            "delta_manifest": _json(self.delta_manifest),
+            "delta_hash": self.delta_hash,
         }
+        if full:
+            facts["commit"] = _json(self.commit_envelope)
+            facts["receipt"] = _json(self.receipt)
+            facts["delta_manifest"] = _json(self.delta_manifest)
+        return facts
 
 
 def _miner(row: Sequence[Any]) -> MinerRow:
@@ -105,12 +111,27 @@ def get_miner(conn: sqlite3.Connection, run_id: str, w: int, hotkey: str) -> Min
     return None if row is None else _miner(row)
 
 
-def miner_details(conn: sqlite3.Connection, run_id: str, w: int) -> dict[str, MinerRow]:
-    """Every miner row of round ``w``, by hotkey."""
+def miner_details(
+    conn: sqlite3.Connection, run_id: str, w: int, offset: int = 0, count: int = -1
+) -> dict[str, MinerRow]:
+    """The miner rows of round ``w`` by hotkey, in hotkey order: from the ``offset``-th on, at
+    most ``count`` of them (-1: all), read along the primary key."""
     rows = conn.execute(
-        f"SELECT {_MINER_COLUMNS} FROM miners WHERE run_id = ? AND w = ?", (run_id, w)
+        f"SELECT {_MINER_COLUMNS} FROM miners WHERE run_id = ? AND w = ?"
+        " ORDER BY hotkey LIMIT ? OFFSET ?",
+        (run_id, w, count, offset),
     )
     return {row[0]: _miner(row) for row in rows}
+
+
+def uploaded_hotkeys(conn: sqlite3.Connection, run_id: str, w: int) -> list[str]:
+    """The hotkeys of round ``w``'s miners with an uploaded delta, by hotkey."""
+    rows = conn.execute(
+        "SELECT hotkey FROM miners WHERE run_id = ? AND w = ? AND delta_hash IS NOT NULL"
+        " ORDER BY hotkey",
+        (run_id, w),
+    )
+    return [row[0] for row in rows]
 
 
 def _update(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> None:

@@ -2,7 +2,11 @@
 
 - :func:`insert_round` stores a sealed RoundOpen with its base and audit reasons and one
   ``ASSIGNED`` miner row per rostered hotkey; :func:`get_round_row`, :func:`round_rows`.
-- :func:`round_states` derives every round's state at D (spec 1.3, via
+- :func:`round_page` / :func:`miner_page`: a page of a run's rounds (newest first, their
+  deadlines only) and of a round's miners (by hotkey), each read along its primary key from
+  ``offset`` for ``count`` rows and no further (``LIMIT ? OFFSET ?``, no sort): the run view
+  costs the same at round 10 and round 10,000.
+- :func:`round_states` derives the state of any rounds (:class:`RoundDates`) at D (spec 1.3, via
   :func:`hypertrain.rounds.states.round_state`): the one place that knows which stored facts
   feed the derivation, used by the run view and by the round-state event feed.
 - :func:`pending_state_changes` / :func:`mark_published`: the feed's bookkeeping. The last
@@ -18,7 +22,7 @@ import functools
 import json
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from attrs import frozen
 
@@ -31,14 +35,18 @@ from hypertrain.rounds.deadlines import Deadlines
 from hypertrain.rounds.states import RoundState, round_state
 
 __all__ = [
+    "RoundDates",
+    "RoundKey",
     "RoundRow",
     "StateChange",
     "get_round_row",
     "insert_round",
     "mark_published",
+    "miner_page",
     "miner_rows",
     "parse_round_open",
     "pending_state_changes",
+    "round_page",
     "round_rows",
     "round_states",
 ]
@@ -54,6 +62,28 @@ _COLUMNS: Final = (
 def parse_round_open(envelope_text: str) -> RoundOpen:
     """The RoundOpen body of a stored envelope (canonical JSON text), memoised."""
     return structure(RoundOpen, json.loads(envelope_text)["body"])
+
+
+class RoundDates(Protocol):
+    """What :func:`round_states` reads of a round: which one it is and its deadlines."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def w(self) -> int: ...
+
+    @property
+    def deadlines(self) -> Deadlines: ...
+
+
+@frozen
+class RoundKey:
+    """A round and its deadlines, without its RoundOpen text (:func:`round_page`)."""
+
+    run_id: str
+    w: int
+    deadlines: Deadlines
 
 
 @frozen
@@ -160,6 +190,28 @@ def round_rows(conn: sqlite3.Connection, run_id: str) -> list[RoundRow]:
     return [_row(row) for row in rows]
 
 
+def round_page(conn: sqlite3.Connection, run_id: str, offset: int, count: int) -> list[RoundKey]:
+    """Up to ``count`` of the run's rounds, newest first, from the ``offset``-th newest on."""
+    rows = conn.execute(
+        "SELECT w, d_open, d_assign, d_commit, d_audit, d_upload, d_final FROM rounds"
+        " WHERE run_id = ? ORDER BY w DESC LIMIT ? OFFSET ?",
+        (run_id, count, offset),
+    )
+    return [RoundKey(run_id, row[0], Deadlines(*row[1:])) for row in rows]
+
+
+def miner_page(
+    conn: sqlite3.Connection, run_id: str, w: int, offset: int, count: int
+) -> list[tuple[str, int, str]]:
+    """:func:`miner_rows` from the ``offset``-th on, at most ``count`` of them."""
+    rows = conn.execute(
+        "SELECT hotkey, slot, status FROM miners WHERE run_id = ? AND w = ?"
+        " ORDER BY hotkey LIMIT ? OFFSET ?",
+        (run_id, w, count, offset),
+    )
+    return [(row[0], row[1], row[2]) for row in rows]
+
+
 def miner_rows(conn: sqlite3.Connection, run_id: str, w: int) -> list[tuple[str, int, str]]:
     """``(hotkey, slot, status)`` of round ``w``'s miners, by hotkey."""
     rows = conn.execute(
@@ -202,9 +254,10 @@ def _final_state(D: int, vesting_round: int, released_round: int) -> RoundState:
 def round_states(
     conn: sqlite3.Connection,
     D: int,  # noqa: N803 (spec name)
-    rows: Sequence[RoundRow],
+    rows: Sequence[RoundDates],
 ) -> list[RoundState]:
-    """The derived state at D of each of ``rows`` (rounds of one or more runs).
+    """The derived state at D of each of ``rows`` (rounds of one or more runs); the reads are
+    bounded by ``rows`` (their finalizations, one successor each), not by the runs' history.
 
     Feeds :func:`~hypertrain.rounds.states.round_state` with the facts stored so far: the
     next round's ``d_assign`` once it is opened (taken from ``rows`` when present, else read),
@@ -215,7 +268,7 @@ def round_states(
     """
     known = {(row.run_id, row.w): row.deadlines.d_assign for row in rows}
     disputed = _disputed_rounds(conn)
-    finals = final_marks(conn, [row.run_id for row in rows])
+    finals = final_marks(conn, [(row.run_id, row.w) for row in rows])
     states = []
     for row in rows:
         marks = finals.get((row.run_id, row.w))

@@ -16,7 +16,9 @@ Admin (bearer admin token; 401/503 from :func:`require_admin`):
 
 Public (no auth; each one read transaction): ``GET /v1/runs``, ``GET /v1/runs/{id}``,
 ``GET /v1/runs/{id}/rounds/{w}``, ``GET /run/{id}/auditor-stats`` and its ``/v1/runs/{id}/``
-alias. Bodies are read with :func:`read_json` (413 over the body limit, 400 duplicate keys).
+alias. The run view pages its rounds and the round view its miners: ``?offset=&limit=&full=``
+(:mod:`hypertrain.coordinator.flows.pages`; 400 naming a bad parameter). Bodies are read
+with :func:`read_json` (413 over the body limit, 400 duplicate keys).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from quart import Response
+from quart import Response, request
 from quart_trio import QuartTrio
 
 from hypertrain.coordinator.context import Coordinator
@@ -37,6 +39,7 @@ from hypertrain.coordinator.flows.honeypots import (
     reveal_honeypot,
 )
 from hypertrain.coordinator.flows.lifecycle import LedgerParams, create_run, set_paused
+from hypertrain.coordinator.flows.pages import page_of
 from hypertrain.coordinator.flows.roundview import run_view, runs_list
 from hypertrain.coordinator.tables.runs import (
     PausedRequest,
@@ -141,10 +144,11 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         return json_response(await ctx.db.read(runs_list))
 
     async def get_run(run_id: str) -> Response:
-        return json_response(await ctx.db.read(run_view, run_id))
+        page = page_of(request.args)
+        return json_response(await ctx.db.read(run_view, run_id, page))
 
     async def get_round(run_id: str, w: int) -> Response:
-        return json_response(await service.round_view(run_id, w))
+        return json_response(await service.round_view(run_id, w, page_of(request.args)))
 
     async def get_auditor_stats(run_id: str) -> Response:
         clock = EpochClock.of(ctx.settings, ctx.chain)
