@@ -1,0 +1,39 @@
+"""``python -m hypertrain.scoring.forkserver``: the warm scorer, a fork server of scoring workers.
+
+Started by :func:`hypertrain.scoring.warm.open_warm_scorer` (through
+:func:`nurseries.open_fork_server`), with the same scrubbed environment and interpreter flags
+as a cold worker (:mod:`hypertrain.scoring.sandbox`). It:
+
+1. runs :func:`hypertrain.scoring.worker.prepare` once: applies
+   :data:`~hypertrain.scoring.jobs.SCORING_ENV`, imports torch, makes it deterministic with one
+   thread, imports every scorer and generates the converter's hooks. It runs no torch operation
+   (so no pool thread exists to be lost in a fork; the settings are process state every child
+   inherits, the same as a cold worker's);
+2. serves fork requests forever (:func:`nurseries.serve_forks`): each child applies its
+   sandbox (own session and process group, rlimits, exactly the job's environment, its own
+   scratch directory as working directory, no descriptor but its streams and the lifeline),
+   then runs :func:`hypertrain.scoring.worker.run_job` on the request, which checks it, arms
+   the audit hook and only then opens the inputs.
+
+A child that the lifeline outlives exits with the worker's
+:data:`~hypertrain.scoring.worker.EXIT_CRASH`, as a cold worker does.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from hypertrain.scoring.worker import EXIT_CRASH, prepare, run_job
+from nurseries import serve_forks
+
+__all__ = ["main"]
+
+
+def main() -> NoReturn:
+    """Prepare once, then fork a worker per request (module doc)."""
+    prepare()
+    serve_forks(run_job, lifeline_exit=EXIT_CRASH)
+
+
+if __name__ == "__main__":
+    main()
