@@ -9,7 +9,9 @@ as a cold worker (:mod:`hypertrain.scoring.sandbox`). It:
    thread, imports every scorer and generates the converter's hooks. It runs no torch operation
    (so no pool thread exists to be lost in a fork; the settings are process state every child
    inherits, the same as a cold worker's);
-2. serves fork requests forever (:func:`nurseries.serve_forks`): each child applies its
+2. freezes the garbage collector's view of everything loaded so far (``gc.freeze``), so a
+   child's collections do not walk, and so copy, the pages of torch's Python objects;
+3. serves fork requests forever (:func:`nurseries.serve_forks`): each child applies its
    sandbox (own session and process group, rlimits, exactly the job's environment, its own
    scratch directory as working directory, no descriptor but its streams and the lifeline),
    then runs :func:`hypertrain.scoring.worker.run_job` on the request, which checks it, arms
@@ -21,6 +23,7 @@ A child that the lifeline outlives exits with the worker's
 
 from __future__ import annotations
 
+import gc
 from typing import NoReturn
 
 from hypertrain.scoring.worker import EXIT_CRASH, prepare, run_job
@@ -32,6 +35,7 @@ __all__ = ["main"]
 def main() -> NoReturn:
     """Prepare once, then fork a worker per request (module doc)."""
     prepare()
+    gc.freeze()
     serve_forks(run_job, lifeline_exit=EXIT_CRASH)
 
 
