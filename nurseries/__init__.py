@@ -3,7 +3,8 @@
 Services (``supervise``), retries (``retry``: exponential backoff with full jitter under the
 caller's deadline; its pure schedule ``next_delay``), time (``periodic``, the wall clocks),
 long polls (``KeyedWaiter``), blocking work (``offload_for``, ``run_inline``), shutdown
-(``open_supervisor``, ``cleanup_scope``), children (``run_process``, ``open_lifeline``) and
+(``open_supervisor``, ``cleanup_scope``), children (``run_process``, ``open_lifeline``, and the
+warm fork server: ``open_fork_server`` on the Trio side, ``serve_forks`` in the server) and
 serving (``serve_asgi``, which guards every app with ``guard_unread_bodies``). Test helpers
 live in ``nurseries.testing``.
 """
@@ -11,6 +12,8 @@ live in ``nurseries.testing``.
 from nurseries._backoff import DEFAULT_BACKOFF, Backoff, next_delay, parse_retry_after
 from nurseries._cleanup import cleanup_scope
 from nurseries._clock import FixedClock, SystemClock, VirtualClock, WallClock
+from nurseries._forkclient import ForkServer, ForkServerGone, open_fork_server
+from nurseries._forkserver import EXIT_JOB_RETURNED, serve_forks
 from nurseries._lifeline import (
     LIFELINE_ENV,
     Lifeline,
@@ -66,11 +69,14 @@ __all__ = [
     "DEFAULT_LIFESPAN_TIMEOUT",
     "DEFAULT_SHUTDOWN_SIGNALS",
     "DEFAULT_UNREAD_BODY_LIMIT",
+    "EXIT_JOB_RETURNED",
     "LIFELINE_ENV",
     "REAP_TIMEOUT",
     "ASGIApp",
     "Backoff",
     "FixedClock",
+    "ForkServer",
+    "ForkServerGone",
     "GaveUp",
     "KeyedWaiter",
     "KeyedWaiterStatistics",
@@ -102,6 +108,7 @@ __all__ = [
     "make_config",
     "next_delay",
     "offload_for",
+    "open_fork_server",
     "open_lifeline",
     "open_supervisor",
     "parse_retry_after",
@@ -111,6 +118,7 @@ __all__ = [
     "run_process",
     "run_until_shutdown",
     "serve_asgi",
+    "serve_forks",
     "supervise",
     "wait_lifeline_cut",
 ]

@@ -40,6 +40,7 @@ from hypertrain.protocol.converter import unstructure
 from hypertrain.scoring.outcome import ScoreOutcome
 from hypertrain.scoring.registry import Challenge
 from hypertrain.scoring.sandbox import run_scorer, score_inline
+from hypertrain.scoring.warm import open_warm_scorer
 from nurseries import RestartPolicy, SystemClock, WallClock, offload_for
 
 __all__ = [
@@ -182,11 +183,21 @@ async def _score_inline(challenge: Challenge, inputs: Mapping[str, Path]) -> Sco
 
 
 def fallback_service(parts: DaemonParts) -> ServiceFn:
-    """The fallback evaluator pool: the sandboxed scorer with the real clock; in virtual time
-    the same scorer inline (a child process would let the autojump clock leap)."""
-    real = isinstance(parts.wall, SystemClock)
-    score = run_scorer if real else _score_inline
-    return FallbackPool(parts.ctx, score, parts.settings.coordinator.compute_pool).run
+    """The fallback evaluator pool: the sandboxed scorer with the real clock (warm: each job
+    forked from one warm scorer process, unless ``scorer = "cold"``); in virtual time the same
+    scorer inline (a child process would let the autojump clock leap)."""
+    concurrency = parts.settings.coordinator.compute_pool
+    if not isinstance(parts.wall, SystemClock):
+        return FallbackPool(parts.ctx, _score_inline, concurrency).run
+    if parts.settings.scorer == "cold":
+        return FallbackPool(parts.ctx, run_scorer, concurrency).run
+
+    async def run(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with open_warm_scorer() as scorer:
+            pool = FallbackPool(parts.ctx, scorer.score, concurrency)
+            await pool.run(task_status=task_status)
+
+    return run
 
 
 def scorefeed_service(parts: DaemonParts) -> ServiceFn:

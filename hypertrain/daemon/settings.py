@@ -41,10 +41,13 @@ local_period                                                 --local-period S   
 grace                                                        --grace S                  5
 log_format                                                   --log-format text|json     text
 aggregator                 HYPERTRAIN_AGGREGATOR                                        internal
+scorer                     HYPERTRAIN_SCORER                                            warm
 =========================  ================================  =========================  =========
 
 ``aggregator = "external"`` keeps the daemon from merging rounds itself: an aggregator on another
 machine (``hypertrain aggregate``) merges them through the aggregator routes instead.
+``scorer = "cold"`` makes the fallback pool start one scorer process per job instead of forking
+each from one warm process (:mod:`hypertrain.scoring.warm`).
 
 Every problem (an unknown TOML key, a value of the wrong type or range, a bad flag) is a
 :class:`ConfigError` whose message is one line naming the key and where it came from; the
@@ -90,6 +93,7 @@ MIN_RELAYS: Final = 2
 BeaconMode = Literal["relays", "local"]
 LogFormat = Literal["text", "json"]
 AggregatorMode = Literal["internal", "external"]
+ScorerMode = Literal["warm", "cold"]
 
 
 class ConfigError(HypertrainError):
@@ -112,6 +116,10 @@ class DaemonSettings:
     aggregator: AggregatorMode = "internal"
     """``internal``: the daemon's aggregator service merges rounds; ``external``: it does not
     (``hypertrain aggregate`` runs elsewhere)."""
+    scorer: ScorerMode = "warm"
+    """How the fallback pool runs its sandboxed scorers: ``warm``, each job in a child forked
+    from one process that imported torch (:mod:`hypertrain.scoring.warm`); ``cold``, a new
+    process per job (:func:`hypertrain.scoring.sandbox.run_scorer`)."""
 
 
 # -- value parsers: each takes a raw value (str from env/CLI, native from TOML) and the place it
@@ -231,10 +239,21 @@ _KEYS: Final = (
     _Key("grace", _float(0.0, strict=False), flag="grace"),
     _Key("log_format", _choice("text", "json"), flag="log_format"),
     _Key("aggregator", _choice("internal", "external"), env="HYPERTRAIN_AGGREGATOR"),
+    _Key("scorer", _choice("warm", "cold"), env="HYPERTRAIN_SCORER"),
 )
 _BY_NAME: Final = {key.name: key for key in _KEYS}
 _DAEMON_KEYS: Final = frozenset(
-    {"host", "port", "beacon", "relays", "local_period", "grace", "log_format", "aggregator"}
+    {
+        "host",
+        "port",
+        "beacon",
+        "relays",
+        "local_period",
+        "grace",
+        "log_format",
+        "aggregator",
+        "scorer",
+    }
 )
 
 

@@ -4,7 +4,7 @@
 
     hypertrain-node [--key ht_...] [--dir D] [--url U] [--once] [--json] [--handle H]
                     [--cache-max-mb MB]
-                    [--proxy URL]
+                    [--proxy URL] [--cold-scorer]
 
 Scores other people's submissions for the coordinator at ``--url`` (>
 ``HYPERTRAIN_COORDINATOR_URL`` > ``http://127.0.0.1:8000``; https, or http to this machine
@@ -17,6 +17,9 @@ exits. One line per event on stderr;
 ``--json`` prints ``{node_id, handle, jobs, posted, accepted, skipped, abandoned, last_job}``
 on stdout at exit. ``--cache-max-mb`` bounds the input cache in ``cache/`` of the node directory
 (default 2048; least recently used inputs are deleted above it, never one a running job uses).
+Each job is scored in a sandboxed child forked from one warm scorer process that imported torch
+once, at start (:mod:`hypertrain.scoring.warm`); ``--cold-scorer`` starts a new scorer process
+per job instead (about 3 s more a job).
 
 Ctrl-C, SIGTERM or SIGHUP (and, for a node started by the demo, the demo's end) stops at once,
 killing a scorer worker in progress: a job in progress is not posted (its lease expires without a
@@ -30,7 +33,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -52,10 +56,11 @@ from hypertrain.node.errors import IdentityError, NodeFatal, NodeFileError
 from hypertrain.node.identity import coordinator_url
 from hypertrain.node.nodefile import node_dir
 from hypertrain.node.probe import probe_machine
-from hypertrain.node.runner import NodeRunner, NodeStatistics, Probed, RunnerSettings
+from hypertrain.node.runner import NodeRunner, NodeStatistics, Probed, RunnerSettings, Score
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import Malformed
 from hypertrain.scoring.sandbox import run_scorer
+from hypertrain.scoring.warm import open_warm_scorer
 from nurseries import SystemClock, lifeline_from_env, open_supervisor
 
 __all__ = ["SHUTDOWN_GRACE_SECONDS", "build_parser", "main"]
@@ -97,7 +102,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MB",
         help="the input cache's size bound (default %(default)s)",
     )
+    parser.add_argument(
+        "--cold-scorer",
+        action="store_true",
+        help="start a scorer process per job instead of forking it from a warm one",
+    )
     return parser
+
+
+@asynccontextmanager
+async def _open_score(cold: bool) -> AsyncIterator[Score]:
+    """The node's scorer: the warm one, or a cold worker per job (``--cold-scorer``)."""
+    if cold:
+        yield run_scorer
+        return
+    async with open_warm_scorer() as scorer:
+        yield scorer.score
 
 
 async def _probe() -> Probed:
@@ -107,14 +127,14 @@ async def _probe() -> Probed:
 
 async def _serve(args: argparse.Namespace, url: str) -> tuple[int, NodeStatistics]:
     code = EXIT_OK
-    async with NodeClient(url, proxy=args.proxy) as client:
+    async with NodeClient(url, proxy=args.proxy) as client, _open_score(args.cold_scorer) as score:
         runner = NodeRunner(
             client=client,
             directory=node_dir(args.dir, os.environ),
             key_flag=args.key,
             handle=args.handle,
             probe=_probe,
-            score=run_scorer,
+            score=score,
             wall=SystemClock(),
             say=_say,
             settings=RunnerSettings(cache_max_bytes=args.cache_max_mb << 20),

@@ -84,6 +84,7 @@ __all__ = [
     "NodeStatistics",
     "Probed",
     "RunnerSettings",
+    "Score",
     "Turn",
     "download_bound",
 ]

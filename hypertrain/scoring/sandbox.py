@@ -1,6 +1,8 @@
 """Run a scorer: sandboxed in a worker process (:func:`run_scorer`), or in-process for tests.
 
-:func:`run_scorer` is what production uses (``hypertrain-node`` and the fallback evaluator).
+:func:`run_scorer` is the cold worker: ``hypertrain-node`` and the fallback evaluator use it with
+``--cold-scorer`` / ``scorer = "cold"``, and the warm scorer (:mod:`hypertrain.scoring.warm`,
+their default, whose children get the same environment and limits) falls back to it.
 It promises:
 
 - **Checks before spawning**: the inputs are exactly the challenge's input names, each a

@@ -30,6 +30,11 @@ Order of work (a promise: it is what keeps the sandbox tight):
 5. print the line, flush, and leave with ``os._exit`` (no interpreter teardown or ``atexit``
    handler runs in the armed process).
 
+Step 1 is :func:`prepare` and steps 2-5 are :func:`run_job`: the warm fork server
+(:mod:`hypertrain.scoring.forkserver`) runs :func:`prepare` once and :func:`run_job` in each
+child it forks, after the child's sandbox is applied (in place of step 0, the child watches the
+server's lifeline; the request comes with the fork, not on stdin).
+
 Errors never carry tracebacks (formatting one would read source files); the text is
 ``<ExceptionType>: <message>``, at most :data:`ERROR_MAX` characters.
 
@@ -59,7 +64,16 @@ from hypertrain.scoring.registry import Challenge, UnknownChallenge, get_challen
 from hypertrain.trainer.determinism import configure
 from nurseries import exit_when_lifeline_cut, lifeline_from_env
 
-__all__ = ["ERROR_MAX", "EXIT_BAD_INPUT", "EXIT_CRASH", "EXIT_OK", "REQUEST_MAX", "main"]
+__all__ = [
+    "ERROR_MAX",
+    "EXIT_BAD_INPUT",
+    "EXIT_CRASH",
+    "EXIT_OK",
+    "REQUEST_MAX",
+    "main",
+    "prepare",
+    "run_job",
+]
 
 EXIT_OK: Final = 0
 EXIT_CRASH: Final = 1
@@ -143,19 +157,25 @@ def _is_oom(e: BaseException) -> bool:
     )
 
 
-def main() -> NoReturn:
-    """Run one job (module doc)."""
-    lifeline = lifeline_from_env(os.environ)
-    if lifeline is not None:
-        exit_when_lifeline_cut(lifeline, EXIT_CRASH)
-    try:
-        configure(SCORING_ENV)
-        from hypertrain.protocol.converter import converter
-        from hypertrain.protocol.manifest import ModelSpec
-        from hypertrain.scoring import scorers
+def prepare() -> None:
+    """Step 1 (module doc): everything a job needs loaded before the sandbox is armed.
 
-        converter.get_structure_hook(ModelSpec)  # cattrs generates code on first use
-        challenge_id, version, inputs = parse_request(sys.stdin.buffer.read(REQUEST_MAX + 1))
+    The fork server (:mod:`hypertrain.scoring.forkserver`) runs it once, before it forks.
+    """
+    configure(SCORING_ENV)
+    from hypertrain.protocol.converter import converter
+    from hypertrain.protocol.manifest import ModelSpec
+    from hypertrain.scoring import scorers  # noqa: F401 - loaded now, used by run_job
+
+    converter.get_structure_hook(ModelSpec)  # cattrs generates code on first use
+
+
+def run_job(request: bytes) -> NoReturn:
+    """Steps 2-5 (module doc) for one request, in a process where :func:`prepare` ran."""
+    from hypertrain.scoring import scorers
+
+    try:
+        challenge_id, version, inputs = parse_request(request)
         hostile = _hostile_action(challenge_id)
         challenge, paths = _resolve(challenge_id, version, inputs)
     except BadInput as e:
@@ -177,6 +197,19 @@ def main() -> NoReturn:
             _fail("oom", _describe(e), EXIT_CRASH)
         _fail("crash", _describe(e), EXIT_CRASH)
     _emit({"ok": True, "result": result}, EXIT_OK)
+
+
+def main() -> NoReturn:
+    """Run one job (module doc): the cold worker, one process per job."""
+    lifeline = lifeline_from_env(os.environ)
+    if lifeline is not None:
+        exit_when_lifeline_cut(lifeline, EXIT_CRASH)
+    try:
+        prepare()
+        request = sys.stdin.buffer.read(REQUEST_MAX + 1)
+    except BaseException as e:
+        _fail("crash", f"worker setup: {_describe(e)}", EXIT_CRASH)
+    run_job(request)
 
 
 if __name__ == "__main__":

@@ -171,3 +171,13 @@ def test_toml_errors_name_file_and_key(tmp_path: Path, content: str, message: st
 def test_missing_toml_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_settings(["--config", str(tmp_path / "nope.toml")], {})
+
+
+def test_the_fallback_scorer_is_warm_unless_turned_off(tmp_path: Path) -> None:
+    toml = tmp_path / "d.toml"
+    toml.write_text('scorer = "cold"\n')
+    assert load_settings([], {}).scorer == "warm"
+    assert load_settings([], {"HYPERTRAIN_SCORER": "cold"}).scorer == "cold"
+    assert load_settings(["--config", str(toml)], {}).scorer == "cold"
+    with pytest.raises(ConfigError, match="HYPERTRAIN_SCORER: expected warm or cold"):
+        load_settings([], {"HYPERTRAIN_SCORER": "hot"})

@@ -1,0 +1,76 @@
+"""A fork server for the tests (``python -m tests.nurseries.forkjob``): no torch, starts fast.
+
+Each job's payload is one word of :data:`ACTIONS`; ``report`` prints what the child sees of its
+sandbox as one JSON line, the others misbehave in one way each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Final
+
+from nurseries import serve_forks
+
+LIFELINE_EXIT: Final = 9
+_LIMITS: Final = {
+    "as": resource.RLIMIT_AS,
+    "cpu": resource.RLIMIT_CPU,
+    "nofile": resource.RLIMIT_NOFILE,
+    "fsize": resource.RLIMIT_FSIZE,
+}
+
+
+def _report() -> None:
+    seen = {
+        "env": dict(os.environ),
+        "limits": {name: list(resource.getrlimit(r)) for name, r in _LIMITS.items()},
+        "cwd": os.getcwd(),
+        "pid": os.getpid(),
+        "sid": os.getsid(0),
+        "pgid": os.getpgid(0),
+        "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
+        "stdin": os.readlink("/proc/self/fd/0"),
+    }
+    print(json.dumps(seen), flush=True)
+    os._exit(0)
+
+
+def _fork() -> None:
+    child = os.fork()
+    if child == 0:
+        time.sleep(3600)
+        os._exit(0)
+    print(child, flush=True)
+    os._exit(0)
+
+
+def _loop() -> None:
+    while True:
+        pass
+
+
+ACTIONS: Final[dict[str, Callable[[], object]]] = {
+    "report": _report,
+    "exit": lambda: os._exit(7),
+    "segv": lambda: signal.raise_signal(signal.SIGSEGV),
+    "raise": lambda: 1 / 0,
+    "return": lambda: None,
+    "fork": _fork,
+    "loop": _loop,
+    "sleep": lambda: time.sleep(3600),
+    "noise": lambda: (sys.stdout.write("x" * 100_000), sys.stdout.flush(), os._exit(0)),
+}
+
+
+def _job(payload: bytes) -> None:
+    ACTIONS[payload.decode()]()
+
+
+if __name__ == "__main__":
+    serve_forks(_job, lifeline_exit=LIFELINE_EXIT)
