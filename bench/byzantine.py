@@ -1,7 +1,12 @@
 """Byzantine miners measured: the held-out loss after N rounds with 30% of miners attacking.
 
 Run: ``.venv/bin/python bench/byzantine.py [--miners 10] [--byzantine 3] [--rounds 8]
-[--seed 0] [--preclip 1.5x] [--tau 0.75x] [--iters 5] [--attacks sign-flip,...] [--stats]``.
+[--seed 0[,1,...]] [--holdout 64] [--preclip 1.5x] [--tau 0.75x] [--iters 5]
+[--attacks sign-flip,...] [--audit-rows new,bonded,q_base] [--no-robust] [--no-mean] [--stats]``.
+
+With several seeds (``--seed 0,1,2``) every row runs once per seed, and a last table gives each
+row's gap to its own seed's baseline averaged over the seeds (with the smallest and largest):
+one seed's verdict is inside the seed-to-seed noise of a few rounds of a small model.
 
 The demo-sized network without its network: the CPU test-mode manifest's model and inner
 training (``hypertrain.trainer.loop.train_round``, bit for bit what miners run), a dataset built
@@ -242,14 +247,38 @@ def _mean_params(params: Params) -> Params:
     return attrs.evolve(params, preclip_norm=big, cclip_tau=big, cclip_iters=1)
 
 
-def _row(mode: str, merge: str, got: Outcome, base: float | None) -> float:
-    gap = got.loss / base - 1 if base else 0.0
+AUDIT_ROWS: dict[str, str] = {
+    "new": "robust + audits, new",
+    "bonded": "robust + audits, bonded",
+    "q_base": "robust + audits, q_base",
+}
+"""``--audit-rows`` names -> the row each adds per attack (module doc, "Rows")."""
+
+
+@attrs.frozen
+class Row:
+    """One row of one seed's table: the held-out loss of one run."""
+
+    mode: str
+    merge: str
+    loss: float
+    caught: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode} / {self.merge}"
+
+
+def _print_row(row: Row, base: float | None) -> float:
+    gap = row.loss / base - 1 if base else 0.0
     rel = f"{gap:>+10.2%}" if base else f"{'':>10}"
     verdict = ("within 1%" if gap <= GOAL else "NOT within 1%") if base else ""
-    caught = " ".join(f"{h}@{w}({why})" for h, w, why in got.caught) or "-"
-    caught = caught if "audits" in merge else ""
-    print(f"{mode:<12}{merge:<24}{got.loss:>10.4f}{rel}  {verdict:<14}{caught}")
+    print(f"{row.mode:<12}{row.merge:<24}{row.loss:>10.4f}{rel}  {verdict:<14}{row.caught}")
     return gap
+
+
+def _caught(got: Outcome) -> str:
+    return " ".join(f"{h}@{w}({why})" for h, w, why in got.caught) or "-"
 
 
 def _print_stats(label: str, outcome: Outcome) -> None:
@@ -259,27 +288,139 @@ def _print_stats(label: str, outcome: Outcome) -> None:
         print(s.line())
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--miners", type=int, default=10)
     parser.add_argument("--byzantine", type=int, default=3, help="how many miners attack")
     parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seed", default="0", help="a seed, or several comma-separated: each runs every row"
+    )
+    parser.add_argument("--holdout", type=int, default=HOLDOUT_ROWS, help="held-out rows")
     parser.add_argument("--preclip", default="1.5x", help="preclip_norm (Nx: N x honest norm)")
     parser.add_argument("--tau", default="0.75x", help="cclip_tau (Nx: N x honest norm)")
     parser.add_argument("--iters", type=int, default=5, help="cclip_iters")
     parser.add_argument("--manifest-outer", action="store_true", help="the manifest's outer")
     parser.add_argument("--attacks", default=",".join(ATTACKS), help="comma-separated")
+    parser.add_argument(
+        "--audit-rows",
+        default=",".join(AUDIT_ROWS),
+        help=f"which audit rows each attack runs, comma-separated of {', '.join(AUDIT_ROWS)}",
+    )
     parser.add_argument("--no-audits", action="store_true", help="skip the audit rows")
-    parser.add_argument("--no-mean", action="store_true", help="skip the attacks' plain mean rows")
+    parser.add_argument("--no-robust", action="store_true", help="skip the attacks' robust rows")
+    parser.add_argument("--no-mean", action="store_true", help="skip the plain mean rows")
     parser.add_argument("--stats", action="store_true", help="per-round stats of every run")
-    args = parser.parse_args()
-    attacks = {a: ATTACKS[a] for a in args.attacks.split(",") if a}
-    manifest, _ = build_test_mode_manifest(coord_pubkey=example_manifest().coord_pubkey)
-    torch = configure(manifest.reference_spec.env)
+    return parser
+
+
+def _one_seed(
+    args: argparse.Namespace, manifest: RunManifest, train: Dataset, holdout: Any, seed: int
+) -> list[Row]:
+    """Every row of the table for ``seed``, printed as it comes; the rows, baseline first."""
     from hypertrain.coordinator.flows.heldout import heldout_loss
     from hypertrain.trainer.params import init_params
 
+    attacks = {a: ATTACKS[a] for a in args.attacks.split(",") if a}
+    audit_rows = [AUDIT_ROWS[r] for r in args.audit_rows.split(",") if r]
+    setup = Setup(manifest, train, holdout, args.miners, args.byzantine, args.rounds, seed)
+    trainer = Trainer(setup)
+    honest_norm = _median_norm(setup, trainer)
+    robust = _params(args, manifest, honest_norm)
+    mean = _mean_params(robust)
+    initial = heldout_loss(manifest.model, init_params(manifest.model), holdout, 16)
+    inner = manifest.inner
+    print(
+        f"byzantine: {args.miners} miners, {args.byzantine} attacking"
+        f" ({100 * args.byzantine / args.miners:.0f}%), {args.rounds} rounds of H={inner.H}"
+        f" on the test-mode model ({manifest.model.param_count:,} params), seed {seed},"
+        f" {train.n_samples:,} train samples, held-out loss over {len(holdout)} holdout rows"
+    )
+    print(
+        f"outer: lr {f32_hex(float(robust.lr))} momentum {float(robust.momentum):g}"
+        f" preclip {float(robust.preclip_norm):.4g} cclip tau {float(robust.cclip_tau):.4g}"
+        f" x{robust.cclip_iters} (median honest delta norm of round 0: {honest_norm:.4g})"
+    )
+    verify = manifest.verify
+    print(
+        f"audits: q_base {f32_from_hex(verify.q_base):g},"
+        f" probation_rounds {verify.probation_rounds}; held-out loss at theta(0): {initial:.4f}"
+    )
+    got = run(setup, trainer, None, robust)
+    _print_stats("all honest, robust merge (the baseline)", got)
+    print(f"{'mode':<12}{'merge':<24}{'held-out':>10}{'vs base':>10}  {'goal':<14}caught")
+    base = Row("all honest", "robust (baseline)", got.loss)
+    rows = [base]
+    _print_row(base, None)
+
+    def add(row: Row, outcome: Outcome | None = None) -> None:
+        rows.append(row)
+        _print_row(row, base.loss)
+        if args.stats and outcome is not None:
+            _print_stats(row.label, outcome)
+
+    if not args.no_mean:
+        add(Row("all honest", "plain mean", run(setup, trainer, None, mean).loss))
+    if not args.no_audits:
+        add(
+            Row(
+                "honest only",
+                "robust (no attackers)",
+                run(setup, trainer, None, robust, absent=True).loss,
+            )
+        )
+    rosters = {
+        AUDIT_ROWS["new"]: Roster(verify),
+        AUDIT_ROWS["bonded"]: Roster(verify, frozenset(setup.names[: args.byzantine])),
+        AUDIT_ROWS["q_base"]: Roster(
+            verify, frozenset(setup.names[: args.byzantine]), copy_screen=False
+        ),
+    }
+    for label, attack in attacks.items():
+        plan: list[tuple[str, Params, Roster | None]] = []
+        if not args.no_robust:
+            plan.append(("robust", robust, None))
+        if not args.no_audits:
+            plan += [(merge, robust, rosters[merge]) for merge in audit_rows]
+        if not args.no_mean:
+            plan.append(("plain mean", mean, None))
+        for merge, params, audits in plan:
+            outcome = run(setup, trainer, attack, params, audits=audits)
+            add(Row(label, merge, outcome.loss, _caught(outcome) if audits else ""), outcome)
+    return rows
+
+
+def _verdict(tables: dict[int, list[Row]]) -> None:
+    """The goal line; with several seeds, first each row's gap to its own seed's baseline,
+    averaged over the seeds, with the smallest and largest."""
+    seeds = sorted(tables)
+    gaps: dict[str, list[float]] = {}
+    for seed in seeds:
+        base = tables[seed][0].loss
+        for row in tables[seed][1:]:
+            gaps.setdefault(row.label, []).append(row.loss / base - 1)
+    if len(seeds) > 1:
+        print(f"over seeds {', '.join(map(str, seeds))}: the gap to each seed's baseline")
+        print(f"{'row':<48}{'mean':>9}{'min':>9}{'max':>9}  goal")
+        for label, values in gaps.items():
+            mean = statistics.fmean(values)
+            verdict = "within 1%" if mean <= GOAL else "NOT within 1%"
+            print(f"{label:<48}{mean:>+9.2%}{min(values):>+9.2%}{max(values):>+9.2%}  {verdict}")
+    attack_rows = {k: v for k, v in gaps.items() if not k.startswith(("all honest", "honest only"))}
+    met = [k for k, v in attack_rows.items() if statistics.fmean(v) <= GOAL]
+    print(
+        f"goal (within {GOAL:.0%} of the all-honest robust run"
+        f"{', mean over the seeds' if len(seeds) > 1 else ''}): met by {len(met)} of"
+        f" {len(attack_rows)} attack rows: {'; '.join(met) or 'none'}"
+    )
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    seeds = [int(s) for s in args.seed.split(",") if s]
+    manifest, _ = build_test_mode_manifest(coord_pubkey=example_manifest().coord_pubkey)
+    torch = configure(manifest.reference_spec.env)
+    print(f"torch threads {torch.get_num_threads()}")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ht-byzantine-") as tmp:
         out = Path(tmp) / "dataset"
@@ -293,68 +434,9 @@ def main() -> None:
         build(options)
         train = Dataset.open(out, split="train")
         holdout_set = Dataset.open(out, split="holdout")
-        holdout = holdout_set.samples(range(min(HOLDOUT_ROWS, holdout_set.n_samples)))
-        setup = Setup(manifest, train, holdout, args.miners, args.byzantine, args.rounds, args.seed)
-        trainer = Trainer(setup)
-        honest_norm = _median_norm(setup, trainer)
-        robust = _params(args, manifest, honest_norm)
-        mean = _mean_params(robust)
-        initial = heldout_loss(manifest.model, init_params(manifest.model), holdout, 16)
-        inner = manifest.inner
-        print(
-            f"byzantine: {args.miners} miners, {args.byzantine} attacking"
-            f" ({100 * args.byzantine / args.miners:.0f}%), {args.rounds} rounds of H={inner.H}"
-            f" on the test-mode model ({manifest.model.param_count:,} params), seed {args.seed},"
-            f" {train.n_samples:,} train samples, held-out loss over {len(holdout)} holdout rows"
-        )
-        print(
-            f"outer: lr {f32_hex(float(robust.lr))} momentum {float(robust.momentum):g}"
-            f" preclip {float(robust.preclip_norm):.4g} cclip tau {float(robust.cclip_tau):.4g}"
-            f" x{robust.cclip_iters} (median honest delta norm of round 0: {honest_norm:.4g});"
-            f" torch threads {torch.get_num_threads()}"
-        )
-        verify = manifest.verify
-        print(
-            f"audits: q_base {f32_from_hex(verify.q_base):g},"
-            f" probation_rounds {verify.probation_rounds}; held-out loss at theta(0): {initial:.4f}"
-        )
-        base = run(setup, trainer, None, robust)
-        _print_stats("all honest, robust merge (the baseline)", base)
-        print(f"{'mode':<12}{'merge':<24}{'held-out':>10}{'vs base':>10}  {'goal':<14}caught")
-        _row("all honest", "robust (baseline)", base, None)
-        _row("all honest", "plain mean", run(setup, trainer, None, mean), base.loss)
-        if not args.no_audits:
-            _row(
-                "honest only",
-                "robust (no attackers)",
-                run(setup, trainer, None, robust, absent=True),
-                base.loss,
-            )
-        verdicts: list[tuple[str, float]] = []
-        probation = Roster(verify)
-        bonded = Roster(verify, frozenset(setup.names[: args.byzantine]))
-        q_base = attrs.evolve(bonded, copy_screen=False)
-        for label, attack in attacks.items():
-            rows: list[tuple[str, Params, Roster | None]] = [("robust", robust, None)]
-            if not args.no_audits:
-                rows += [
-                    ("robust + audits, new", robust, probation),
-                    ("robust + audits, bonded", robust, bonded),
-                    ("robust + audits, q_base", robust, q_base),
-                ]
-            if not args.no_mean:
-                rows.append(("plain mean", mean, None))
-            for merge, params, audits in rows:
-                got = run(setup, trainer, attack, params, audits=audits)
-                gap = _row(label, merge, got, base.loss)
-                verdicts.append((f"{label} / {merge}", gap))
-                if args.stats:
-                    _print_stats(f"{label}, {merge}", got)
-        met = [k for k, g in verdicts if g <= GOAL]
-        print(
-            f"goal (within {GOAL:.0%} of the all-honest robust run): met by {len(met)} of"
-            f" {len(verdicts)} rows: {'; '.join(met) or 'none'}"
-        )
+        holdout = holdout_set.samples(range(min(args.holdout, holdout_set.n_samples)))
+        tables = {seed: _one_seed(args, manifest, train, holdout, seed) for seed in seeds}
+        _verdict(tables)
         print(f"done in {time.perf_counter() - started:.0f} s")
 
 
