@@ -71,19 +71,19 @@ def top_k(flat: F32Array, k: int) -> npt.NDArray[np.int64]:
     return np.sort(np.concatenate([above, ties])).astype(np.int64)
 
 
-def _stack(deltas: Mapping[str, Mapping[str, F32Array]], ids: list[str]) -> F32Array:
-    """Row ``i``: the flattened delta of ``ids[i]`` (tensors in UTF-8 name order)."""
-    first = deltas[ids[0]]
-    names = sorted(first, key=lambda s: s.encode("utf-8"))
-    size = sum(int(np.asarray(first[n]).size) for n in names)
-    stack = np.empty((len(ids), size), dtype=np.float32)
-    for row, hk in zip(stack, ids, strict=True):
-        at = 0
-        for n in names:
-            flat = np.ravel(deltas[hk][n])
-            row[at : at + flat.size] = flat
-            at += flat.size
-    return stack
+def _rows(deltas: Mapping[str, Mapping[str, F32Array]], ids: list[str]) -> list[list[F32Array]]:
+    """Row ``i``: the tensors of ``ids[i]`` as 1-d float32, in UTF-8 name order (views of
+    contiguous float32 tensors)."""
+    names = sorted(deltas[ids[0]], key=lambda s: s.encode("utf-8"))
+    return [[np.ravel(np.asarray(deltas[hk][n], dtype=np.float32)) for n in names] for hk in ids]
+
+
+def _flat(parts: list[F32Array], out: F32Array | None = None) -> F32Array:
+    """The flattened row (``parts`` itself when it is one tensor)."""
+    if len(parts) == 1:
+        return parts[0]
+    flat: F32Array = np.concatenate(parts, out=out)
+    return flat
 
 
 def copy_screen(
@@ -93,25 +93,33 @@ def copy_screen(
     ids = sorted(deltas, key=lambda s: s.encode("utf-8"))
     if len(ids) < 2:
         return (), ()
-    stack = _stack(deltas, ids)
-    m, size = stack.shape
+    rows = _rows(deltas, ids)
+    m, size = len(rows), sum(int(part.size) for part in rows[0])
     k = top_k_size(size)
-    tops = [top_k(row, k) for row in stack]
+    buf = np.empty(size, dtype=np.float32)
+    tops: list[npt.NDArray[np.int64]] = []
+    peaks: list[float] = []
+    for parts in rows:  # one row laid out at a time: no m x size copy of the deltas
+        flat = _flat(parts, buf)
+        tops.append(top_k(flat, k))
+        peaks.append(float(np.abs(flat[tops[-1]]).max()) if size else 0.0)
     counts = overlap_counts(tops, m)
-    q, margin = cosine_estimates(stack, tops)
+    q, margin = cosine_estimates(rows, peaks)
     by_overlap = counts / k > OVERLAP_LIMIT
     maybe = np.triu(by_overlap | (q > COSINE_LIMIT - margin) | ~np.isfinite(q), 1)
     norms: dict[int, float] = {}
 
     def exact_norm(i: int) -> float:
         if i not in norms:
-            norms[i] = math.sqrt(fsum_squares(stack[i]))
+            norms[i] = math.sqrt(fsum_squares(_flat(rows[i])))
         return norms[i]
 
     flags: list[CopyFlag] = []
     for a, b in zip(*np.nonzero(maybe), strict=True):
         na, nb = exact_norm(int(a)), exact_norm(int(b))
-        cosine = 0.0 if na == 0.0 or nb == 0.0 else fsum_dot(stack[a], stack[b]) / (na * nb)
+        cosine = (
+            0.0 if na == 0.0 or nb == 0.0 else fsum_dot(_flat(rows[a]), _flat(rows[b])) / (na * nb)
+        )
         overlap = int(counts[a, b])
         if overlap / k > OVERLAP_LIMIT or cosine > COSINE_LIMIT:
             hk_a, hk_b = ids[int(a)], ids[int(b)]

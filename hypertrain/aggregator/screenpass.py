@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -51,10 +52,13 @@ from threadpoolctl import ThreadpoolController
 
 from hypertrain.trainer.codec import F32Array
 
-__all__ = ["BLOCK", "DENSE", "cosine_estimates", "overlap_counts"]
+__all__ = ["BLOCK", "DENSE", "GATHER", "cosine_estimates", "overlap_counts"]
 
 BLOCK = 1 << 12
 """Columns per product call: the float32 buffers stay small, and ``e`` stays near ``2**-11``."""
+
+GATHER = 4 * BLOCK
+"""Columns of all rows copied (and scaled) at a time, one copy per row and tensor piece."""
 
 DENSE = 1 << 10
 """A run of ``r`` rows sharing an index is counted as a product column when
@@ -117,38 +121,67 @@ def _columns(row: I64Array, runs: I64Array, m: int) -> I64Array:
     return counts
 
 
-def _row_scales(stack: F32Array, tops: list[I64Array]) -> F32Array:
-    """``(2, m)`` float32 powers of two whose product takes each row's largest ``|x|`` (among its
-    top-k) into ``[1, 2)`` (ones for a zero row); two factors, because ``2**149`` is not a float32
-    while the first factor alone scales a subnormal row up exactly."""
-    top = [
-        float(np.abs(row[t]).max()) if t.size else 0.0 for row, t in zip(stack, tops, strict=True)
-    ]
-    shift = 1 - np.frexp(np.array(top))[1].astype(np.int64)  # frexp(0) = (0, 0): shift 1, harmless
+def _row_scales(peaks: Sequence[float]) -> F32Array:
+    """``(2, m)`` float32 powers of two whose product takes each row's largest ``|x|`` (``peaks``)
+    into ``[1, 2)`` (ones for a zero row); two factors, because ``2**149`` is not a float32 while
+    the first factor alone scales a subnormal row up exactly."""
+    shift = 1 - np.frexp(np.array(peaks, dtype=np.float64))[1].astype(np.int64)  # frexp(0): 0
     first = np.minimum(shift, 127)
     scales: F32Array = np.ldexp(1.0, np.stack([first, shift - first])).astype(np.float32)
     return scales
 
 
-def cosine_estimates(stack: F32Array, tops: list[I64Array]) -> tuple[F64Array, float]:
-    """``(q, margin)``: the ``(m, m)`` cosine estimates of the rows of ``stack`` (``tops`` their
-    top-k indices) and the bound on their distance from the recorded cosines (module doc)."""
-    m, size = stack.shape
+Piece = tuple[int, int, int, int]
+"""``(part, start, stop, column)``: ``part[start:stop]`` of every row goes to ``column`` on."""
+
+
+def _spans(sizes: Sequence[int], width: int) -> Iterator[tuple[list[Piece], int]]:
+    """``(pieces, columns)`` for each block of at most ``width`` columns over the parts laid end to
+    end (the flattened row)."""
+    pieces: list[Piece] = []
+    at = 0
+    for part, n in enumerate(sizes):
+        start = 0
+        while start < n:
+            take = min(n - start, width - at)
+            pieces.append((part, start, start + take, at))
+            start += take
+            at += take
+            if at == width:
+                yield pieces, at
+                pieces, at = [], 0
+    if at:
+        yield pieces, at
+
+
+def cosine_estimates(
+    rows: Sequence[Sequence[F32Array]], peaks: Sequence[float]
+) -> tuple[F64Array, float]:
+    """``(q, margin)``: the ``(m, m)`` cosine estimates of ``rows`` (each the 1-d parts of a
+    flattened row, equal sizes across rows; ``peaks`` their largest ``|x|``) and the bound on
+    their distance from the recorded cosines (module doc). The rows are never laid out whole:
+    :data:`GATHER` columns of all of them at a time."""
+    m = len(rows)
+    sizes = [int(part.size) for part in rows[0]]
     gram = np.zeros((m, m), dtype=np.float64)
-    width = min(BLOCK, max(size, 1))
-    buf = np.empty((m, width), dtype=np.float32)
-    first, second = _row_scales(stack, tops)
+    width = min(BLOCK, max(sum(sizes), 1))
+    buf = np.empty((m, GATHER), dtype=np.float32)
+    first, second = _row_scales(peaks)
     small = np.flatnonzero(second != 1)
     blocks = 0
     with _blas().limit(limits=1, user_api="blas"):
-        for start in range(0, size, BLOCK):
-            part = stack[:, start : start + BLOCK]
-            block = buf[:, : part.shape[1]]
-            np.multiply(part, first[:, None], out=block)
+        for pieces, columns in _spans(sizes, GATHER):
+            for i, parts in enumerate(rows):
+                for part, start, stop, at in pieces:
+                    np.multiply(
+                        parts[part][start:stop], first[i], out=buf[i, at : at + stop - start]
+                    )
             if small.size:
-                block[small] *= second[small, None]
-            gram += block @ block.T  # float32 entries, widened exactly as they are added
-            blocks += 1
+                buf[small, :columns] *= second[small, None]
+            for start in range(0, columns, BLOCK):
+                block = buf[:, start : min(start + BLOCK, columns)]
+                gram += block @ block.T  # float32 entries, widened exactly as they are added
+                blocks += 1
     e = 2 * width * 2.0**-24 + (blocks + 1) * 2.0**-52
     diag = np.sqrt(np.diagonal(gram))
     scale = np.outer(diag, diag)
