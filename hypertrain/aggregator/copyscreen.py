@@ -18,8 +18,8 @@ hotkeys in any flag.
 **How it is computed** (the result is exactly the definition's, on any machine):
 
 1. *A fast pass* (:mod:`.screenpass`): the exact overlap counts, from one sort of all top-k
-   indices; and a cosine estimate for every pair from one Gram product, with a proven bound on
-   its distance from the recorded cosine (``margin``, about 0.002).
+   indices; and for every pair an upper bound on its cosine from a staged float32 Gram product
+   (pairs that cannot reach 0.95 drop out early), with a proven error (``margin``, about 0.002).
 2. *Exact values for candidates only*: a pair flagged by its overlap, or whose estimate is above
    ``0.95 - margin``, gets its exact dot and norms (:mod:`.exact`) and the flag test of the
    definition. Other pairs cannot be flagged.
@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hypertrain.aggregator.exact import fsum_dot, fsum_squares
-from hypertrain.aggregator.screenpass import cosine_estimates, overlap_counts
+from hypertrain.aggregator.screenpass import cosine_bounds, overlap_counts
 from hypertrain.protocol.f32 import f32_hex
 from hypertrain.trainer.codec import F32Array
 
@@ -104,7 +104,7 @@ def copy_screen(
         tops.append(top_k(flat, k))
         peaks.append(float(np.abs(flat[tops[-1]]).max()) if size else 0.0)
     counts = overlap_counts(tops, m)
-    q, margin = cosine_estimates(rows, peaks)
+    q, margin = cosine_bounds(rows, peaks, COSINE_LIMIT)
     by_overlap = counts / k > OVERLAP_LIMIT
     maybe = np.triu(by_overlap | (q > COSINE_LIMIT - margin) | ~np.isfinite(q), 1)
     norms: dict[int, float] = {}

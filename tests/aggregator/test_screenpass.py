@@ -15,7 +15,7 @@ from hypothesis.extra import numpy as hnp
 
 from hypertrain.aggregator import screenpass
 from hypertrain.aggregator.exact import fsum_dot, fsum_squares
-from hypertrain.aggregator.screenpass import cosine_estimates, overlap_counts
+from hypertrain.aggregator.screenpass import cosine_bounds, overlap_counts
 
 F32 = np.float32
 ELEMENTS = [
@@ -61,20 +61,53 @@ def _stack(draw: Any) -> np.ndarray:
     st.lists(st.integers(0, 90), max_size=4),
     st.sampled_from([1, 7, 64, 1 << 12]),
     st.sampled_from([1, 3]),
+    st.sampled_from([screenpass.STAGES, (1.0,), (0.3, 0.6, 1.0)]),
+    st.sampled_from([0.95, 0.5, -0.5]),
 )
-def test_cosine_estimates_lie_within_the_margin(
-    stack: np.ndarray, cuts: list[int], block: int, gather: int
+def test_cosine_bounds_keep_their_promise(
+    stack: np.ndarray,
+    cuts: list[int],
+    block: int,
+    gather: int,
+    stages: tuple[float, ...],
+    limit: float,
 ) -> None:
     rows = [np.split(row, sorted(c for c in cuts if c <= row.size)) for row in stack]
     peaks = [float(np.abs(row).max()) for row in stack]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(screenpass, "BLOCK", block)
         mp.setattr(screenpass, "GATHER", gather * block)
-        q, margin = cosine_estimates(rows, peaks)
+        mp.setattr(screenpass, "STAGES", stages)
+        q, margin = cosine_bounds(rows, peaks, limit)
     assert margin < 0.01
     for a in range(len(stack)):
         for b in range(a + 1, len(stack)):
-            assert abs(q[a, b] - _recorded(stack[a], stack[b])) <= margin
+            recorded = _recorded(stack[a], stack[b])
+            assert recorded <= q[a, b] + margin
+            if q[a, b] > limit - margin or stages == (1.0,):
+                assert abs(q[a, b] - recorded) <= margin
+
+
+def test_independent_rows_drop_out_after_the_first_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(screenpass, "BLOCK", 64)
+    monkeypatch.setattr(screenpass, "GATHER", 128)
+    rng = np.random.default_rng(7)
+    stack = rng.standard_normal((12, 128 * 64)).astype(F32)
+    stack[11] = stack[4] + F32(0.01) * stack[11]  # a near-copy of row 4
+    gathered: list[int] = []
+    real = screenpass._Gather.chunk
+
+    def chunk(self: Any, c: int, which: np.ndarray) -> np.ndarray:
+        gathered.append(which.size)
+        return real(self, c, which)
+
+    monkeypatch.setattr(screenpass._Gather, "chunk", chunk)
+    q, margin = cosine_bounds([[row] for row in stack], [1.0] * 12, 0.95)
+    assert gathered[:64] == [12] * 64  # the sums of squares
+    assert gathered[64:68] == [12] * 4  # the first sixteenth of the columns, every row
+    assert gathered[68:] == [2] * 60  # then only the open pair: rows 4 and 11
+    assert q[4, 11] > 0.95 - margin
+    assert (np.delete(np.triu(q, 1), [4 * 12 + 11]) <= 0.95 - margin).all()
 
 
 def _brute(tops: list[np.ndarray], m: int) -> np.ndarray:
