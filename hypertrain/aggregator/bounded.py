@@ -57,10 +57,13 @@ F64Array = npt.NDArray[np.float64]
 
 
 def scale_for(r: float, x: float) -> tuple[bool, np.float32]:
-    """The protocol's ``(r <= x, f32(1) if r <= x else f32(x / r))`` (module doc of merge)."""
-    if r <= x:
+    """The protocol's ``(r <= x, f32(1) if r <= x else f32(x / r))`` (module doc of merge), in
+    float64 whatever the type of ``x``: a numpy float32 ``x`` would make NumPy 2 round ``r`` to
+    float32 and divide in float32 (NEP 50), which is not the protocol."""
+    r64, x64 = float(r), float(x)
+    if r64 <= x64:
         return True, _ONE
-    return False, _F32(x / r)
+    return False, _F32(x64 / r64)
 
 
 def decide(lo: float, hi: float, x: float) -> tuple[bool, np.float32] | None:

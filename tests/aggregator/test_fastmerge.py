@@ -291,3 +291,15 @@ def test_copy_screen_computes_exact_values_for_candidates_only(
     assert got == _old_screen(deltas)
     assert [(a, b) for a, b, _, _ in got[0]] == [("m03", "m12"), ("m05", "m13")]
     assert len(calls) == 2  # 91 pairs, two candidates
+
+
+def test_scale_for_is_float64_whatever_the_type_of_the_threshold() -> None:
+    """The manifest's thresholds are float32 values; passed as numpy float32 they would make
+    NumPy 2 compare and divide in float32 (NEP 50), which is not the protocol."""
+    r = 1.00000001  # above 1 in float64, 1 in float32
+    assert scale_for(r, F32(1)) == scale_for(r, 1.0) == (False, F32(1.0 / r))
+    rng = np.random.default_rng(7)
+    for r, x in zip(rng.uniform(1.0, 3.0, 200), rng.uniform(0.1, 1.0, 200), strict=True):
+        x32 = F32(x)
+        assert scale_for(float(r), x32) == scale_for(float(r), float(x32))
+        assert scale_for(float(r), x32)[1] == F32(float(x32) / float(r))
