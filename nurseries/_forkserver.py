@@ -25,9 +25,10 @@ server closes once the request is sent). A spare does only the part of the sandb
 same for every job (promises 1 and 2 below) and then blocks until its request comes, using no
 CPU: its CPU limit, which counts the CPU a process has used since it was forked, is set once
 the request is there (promise 3), so waiting costs a job nothing. When no spare is ready (two
-requests at once, a failed fork) the server forks one on the spot, and a spare that died is
-replaced by a fresh fork, once. A spare leaves when its socket reaches end-of-file (the server
-ended) or when the lifeline is cut.
+requests at once, a failed fork) the server forks one on the spot; a spare that died is
+replaced by a fresh fork, once; after each job is reaped the server forks a spare if none
+waits. A spare leaves when its socket reaches end-of-file (the server ended) or when the
+lifeline is cut.
 
 Promises of the child, in this order, before the job's code runs (`job(payload)`):
 
@@ -228,8 +229,8 @@ class _Server:
                 elif key.data == _CONTROL:
                     self._take_request()
                     self._refill()
-                else:
-                    self._reap(key.data)
+                elif self._reap(key.data):
+                    self._refill()
 
     def _fork(self) -> _Child:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -293,7 +294,9 @@ class _Server:
             for fd in fds:
                 os.close(fd)
 
-    def _reap(self, child: _Child) -> None:
+    def _reap(self, child: _Child) -> bool:
+        """Reap ``child`` and report it; whether it had a job (a spare that died is not
+        replaced here, lest spares that die at once keep the server forking)."""
         self.selector.unregister(child.pidfd)
         os.close(child.pidfd)
         _, status = os.waitpid(child.pid, 0)
@@ -301,8 +304,10 @@ class _Server:
         if child is self.spare:  # a spare died waiting: the next request forks one
             self.spare = None
             child.channel.close()
-        if child.job_id is not None:
-            _send(self.control, {"id": child.job_id, "status": os.waitstatus_to_exitcode(status)})
+        if child.job_id is None:
+            return False
+        _send(self.control, {"id": child.job_id, "status": os.waitstatus_to_exitcode(status)})
+        return True
 
 
 def _kill(pgid: int) -> None:
