@@ -257,7 +257,8 @@ class _Server:
         return child
 
     def _refill(self) -> None:
-        """Fork the next spare when none waits; a failed fork is retried at the next request."""
+        """Fork the next spare when none waits; a failed fork is retried after the next request
+        or job."""
         if self.spare is None:
             with contextlib.suppress(OSError):
                 self.spare = self._fork()
