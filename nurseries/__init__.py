@@ -4,7 +4,8 @@ Services (``supervise``), retries (``retry``: exponential backoff with full jitt
 caller's deadline; its pure schedule ``next_delay``), time (``periodic``, the wall clocks),
 long polls (``KeyedWaiter``), blocking work (``offload_for``, ``run_inline``), shutdown
 (``open_supervisor``, ``cleanup_scope``), children (``run_process``, ``open_lifeline``, and the
-warm fork server: ``open_fork_server`` on the Trio side, ``serve_forks`` in the server) and
+warm fork server: ``open_fork_server`` on the Trio side, ``serve_forks`` and ``end_job`` in
+the server and its children) and
 serving (``serve_asgi``, which guards every app with ``guard_unread_bodies``). Test helpers
 live in ``nurseries.testing``.
 """
@@ -13,7 +14,7 @@ from nurseries._backoff import DEFAULT_BACKOFF, Backoff, next_delay, parse_retry
 from nurseries._cleanup import cleanup_scope
 from nurseries._clock import FixedClock, SystemClock, VirtualClock, WallClock
 from nurseries._forkclient import ForkServer, ForkServerGone, open_fork_server
-from nurseries._forkserver import EXIT_JOB_RETURNED, serve_forks
+from nurseries._forkserver import EXIT_JOB_RETURNED, end_job, serve_forks
 from nurseries._lifeline import (
     LIFELINE_ENV,
     Lifeline,
@@ -102,6 +103,7 @@ __all__ = [
     "WaitResult",
     "WallClock",
     "cleanup_scope",
+    "end_job",
     "exit_when_lifeline_cut",
     "guard_unread_bodies",
     "lifeline_from_env",

@@ -7,8 +7,12 @@ promises about the child: a scrubbed environment (exactly ``env``), ``limits``, 
 session and process group ``SIGKILL``-ed at ``timeout`` and whenever the caller is cancelled,
 no descriptor but its standard streams and the lifeline, bounded output (``output_cap``), a
 bounded reap (`REAP_TIMEOUT`). What differs: the child is forked from the warm server rather
-than exec-ed, its stdin is ``/dev/null`` (the job's input is ``payload``), and its working
-directory is ``cwd``.
+than exec-ed (a spare forked ahead of time, which applies the job's sandbox once it has the
+request), its stdin is ``/dev/null`` (the job's input is ``payload``), its working directory is
+``cwd``, and it holds one more descriptor, its end pipe: a job that ends with
+`nurseries.end_job` has its result returned as soon as it said so, with the status it gave
+(its group is then killed), without waiting for the kernel to tear the process down and the
+server to reap it; for any other end the status is the kernel's, as the server reports it.
 
 The server process:
 
@@ -57,6 +61,9 @@ from nurseries._process import (
 
 __all__ = ["ForkServer", "ForkServerGone", "open_fork_server"]
 
+_END_MAX = 8
+_STATUS_MAX = 255
+
 
 class ForkServerGone(Exception):
     """The fork server ended (or never became ready); the job it was running has no status."""
@@ -68,7 +75,20 @@ class _Job:
     done: trio.Event = attrs.field(factory=trio.Event)
     pid: int | None = None
     status: int | None = None
+    """The first of: the status the child announced (`nurseries.end_job`), the kernel's."""
     error: str | None = None
+
+
+async def _read_end(stream: trio.lowlevel.FdStream, job: _Job) -> None:
+    """The status a child announced on its end pipe (`nurseries.end_job`): the job is done
+    (once its pid is known, so that its group can be killed). Anything else is ignored: the
+    job is then done when the server reports its exit."""
+    data = await stream.receive_some(_END_MAX)
+    if data.endswith(b"\n") and data[:-1].isdigit() and int(data[:-1]) <= _STATUS_MAX:
+        await job.forked.wait()
+        if job.status is None:
+            job.status = int(data[:-1])
+        job.done.set()
 
 
 @attrs.define(eq=False)
@@ -116,7 +136,8 @@ class ForkServer:
                 if "pid" in body:
                     job.pid = int(body["pid"])
                 elif "status" in body:
-                    job.status = int(body["status"])
+                    if job.status is None:
+                        job.status = int(body["status"])
                     job.done.set()
                 else:
                     job.error = str(body.get("error"))
@@ -158,10 +179,9 @@ class ForkServer:
         if self.gone:
             raise ForkServerGone("the fork server has ended")
         job_id, job = next(self._ids), _Job()
-        out, err = _CappedSink(output_cap), _CappedSink(output_cap)
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        streams = (trio.lowlevel.FdStream(out_r), trio.lowlevel.FdStream(err_r))
+        out_sink, err_sink = _CappedSink(output_cap), _CappedSink(output_cap)
+        pipes = [os.pipe() for _ in range(3)]  # stdout, stderr, end
+        out, err, end = (trio.lowlevel.FdStream(r) for r, _ in pipes)
         self._jobs[job_id] = job
         deadline_hit = sent = False
         started_at = trio.current_time()
@@ -173,14 +193,15 @@ class ForkServer:
                 "payload": payload.decode("latin-1"),
             }
             try:
-                await self._request(job_id, body, (out_w, err_w))
+                await self._request(job_id, body, [w for _, w in pipes])
                 sent = True
             finally:
-                os.close(out_w)
-                os.close(err_w)
+                for _, w in pipes:
+                    os.close(w)
             async with trio.open_nursery() as nursery:
-                for stream, sink in zip(streams, (out, err), strict=True):
-                    nursery.start_soon(_drain, stream, sink)
+                nursery.start_soon(_drain, out, out_sink)
+                nursery.start_soon(_drain, err, err_sink)
+                nursery.start_soon(_read_end, end, job)
                 with trio.move_on_at(started_at + timeout):
                     await job.done.wait()
                 deadline_hit = not job.done.is_set()
@@ -197,7 +218,7 @@ class ForkServer:
                     if job.pid is not None:
                         _kill_group(job.pid)
                     await job.done.wait()
-                for stream in streams:
+                for stream in (out, err, end):
                     await stream.aclose()
             del self._jobs[job_id]
         if job.error is not None:
@@ -206,7 +227,8 @@ class ForkServer:
             if job.pid is not None:
                 _kill_group(job.pid)
             raise ForkServerGone("the fork server ended while the job ran")
-        return _result(job.status, out, err, limits, deadline_hit, trio.current_time() - started_at)
+        wall = trio.current_time() - started_at
+        return _result(job.status, out_sink, err_sink, limits, deadline_hit, wall)
 
 
 @asynccontextmanager

@@ -11,32 +11,47 @@ Messages are JSON objects, at most :data:`MESSAGE_MAX` bytes:
 
 - server -> client, once, when it can serve: ``{"ready": <server pid>}``;
 - client -> server: ``{"id": n, "env": {...}, "limits": [[resource, soft, hard], ...],
-  "cwd": "<dir>", "payload": "<latin-1 text>"}``, with exactly two descriptors attached
-  (``SCM_RIGHTS``): the child's stdout and stderr;
-- server -> client: ``{"id": n, "pid": p}`` once the child is forked, or ``{"id": n,
-  "error": "..."}`` when it could not be (the request is then finished); then
+  "cwd": "<dir>", "payload": "<latin-1 text>"}``, with exactly three descriptors attached
+  (``SCM_RIGHTS``): the child's stdout, its stderr and its end pipe (`end_job`);
+- server -> client: ``{"id": n, "pid": p}`` once the child has the request, or ``{"id": n,
+  "error": "..."}`` when no child could take it (the request is then finished); then
   ``{"id": n, "status": s}`` once the child is reaped (``s`` as `subprocess` reports it:
   negative for death by a signal).
+
+**A spare child waits for each job.** Forking a process that holds torch costs tens of
+milliseconds (its page tables are copied), so the server forks the next child ahead of time,
+while the current job runs, and hands a request to it (over a socket pair of its own, which the
+server closes once the request is sent). A spare does only the part of the sandbox that is the
+same for every job (promises 1 and 2 below) and then blocks until its request comes, using no
+CPU: its CPU limit, which counts the CPU a process has used since it was forked, is set once
+the request is there (promise 3), so waiting costs a job nothing. When no spare is ready (two
+requests at once, a failed fork) the server forks one on the spot; a spare that died is
+replaced by a fresh fork, once; after each job is reaped the server forks a spare if none
+waits. A spare leaves when its socket reaches end-of-file (the server ended) or when the
+lifeline is cut.
 
 Promises of the child, in this order, before the job's code runs (`job(payload)`):
 
 1. it leads a new session and process group (``os.setsid``): the client's kill timer
    ``SIGKILL``-s the group, and the server kills the group once the child is reaped, so
    nothing the job started outlives it (unless it left the group with ``setsid``);
-2. stdin is ``/dev/null``, stdout and stderr are the descriptors of its request, and every
-   other descriptor is closed but the lifeline: the control socket in particular, so a job
-   can never talk to the server;
-3. the request's rlimits are applied (`resource.setrlimit`); counters such as CPU time start
-   at zero in a forked child;
+2. stdin is ``/dev/null`` and every other descriptor is closed but the lifeline and its own
+   socket to the server (the control socket in particular); then it waits for its request;
+   once the request is read, the socket is closed too (a job can never talk to the server),
+   stdout and stderr are the descriptors of its request and the end pipe is kept (so a
+   job holds its streams, the end pipe and the lifeline);
+3. the request's rlimits are applied (`resource.setrlimit`); counters such as CPU time count
+   from the fork, which was followed by no work but 1-2 and the wait (no CPU);
 4. the environment is exactly the request's ``env`` (nothing of the server's is left);
 5. its working directory is the request's ``cwd`` (the client's per-job scratch directory);
 6. when the server was given a lifeline (`nurseries.lifeline_from_env`), the child watches it
    (`nurseries.exit_when_lifeline_cut` with ``lifeline_exit``): a job does not outlive the
    program that asked for it, even when the server died first.
 
-The job function must end the process (``os._exit``); if it returns or raises, the child
-leaves with :data:`EXIT_JOB_RETURNED`. Whatever the child does, the server's own state is
-untouched (it is another process); only the child's exit status reaches the server.
+The job function must end the process, best with `end_job` (or ``os._exit``); if it returns
+or raises, the child leaves with :data:`EXIT_JOB_RETURNED`. Whatever the child does, the
+server's own state is untouched (it is another process); only the child's exit status reaches
+the server.
 
 The server exits when the client closes its end (end-of-file) or the lifeline is cut.
 """
@@ -47,6 +62,7 @@ import contextlib
 import json
 import os
 import resource
+import select
 import selectors
 import signal
 import socket
@@ -60,6 +76,7 @@ __all__ = [
     "CONTROL_ENV",
     "EXIT_JOB_RETURNED",
     "MESSAGE_MAX",
+    "end_job",
     "serve_forks",
 ]
 
@@ -67,10 +84,36 @@ CONTROL_ENV: Final = "NURSERIES_FORK_SERVER_FD"
 """The environment variable naming the server's end of the control socket."""
 MESSAGE_MAX: Final = 256 * 1024
 EXIT_JOB_RETURNED: Final = 70
+REQUEST_FDS: Final = 3
+"""Descriptors a request carries: the child's stdout, stderr and end pipe."""
 _LIFELINE: Final = "lifeline"
 _CONTROL: Final = "control"
 
 Job = Callable[[bytes], object]
+
+_end_fd: int | None = None
+"""In a fork server's child running a job: the write end of its end pipe (`end_job`)."""
+
+
+def end_job(status: int) -> NoReturn:
+    """End this process with ``status`` (0-255), after flushing ``sys.stdout`` and ``sys.stderr``.
+
+    In a fork server's child, it first closes stdout and stderr and writes ``status`` on the
+    end pipe, so the client has the whole output and the status at once, without waiting for
+    the kernel to tear the process down (for a process holding torch that takes tens of
+    milliseconds); the client then kills the job's group. What a job says this way is worth no
+    more than its output: it could as well have exited with that status. Anywhere else it is
+    ``os._exit(status)`` after the flushes.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BaseException):
+            stream.flush()
+    if _end_fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(1)
+            os.close(2)
+            os.write(_end_fd, b"%d\n" % status)
+    os._exit(status)
 
 
 def _send(control: socket.socket, body: Mapping[str, Any]) -> None:
@@ -86,29 +129,50 @@ def _close_all_but(*keep: int) -> None:
     os.closerange(low, os.sysconf("SC_OPEN_MAX"))
 
 
-def _become_job(request: Mapping[str, Any], out_fd: int, err_fd: int, lifeline: int | None) -> None:
-    """Apply the child's sandbox (module doc, steps 1-6), in the forked child."""
-    os.setsid()
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
+def _await_request(
+    channel: socket.socket, lifeline: int | None, lifeline_exit: int
+) -> tuple[dict[str, Any], list[int]]:
+    """A spare's wait (module doc): the request and its descriptors, or the spare's end."""
+    poll = select.poll()
+    for fd in (channel.fileno(), lifeline):
+        if fd is not None:
+            poll.register(fd, select.POLLIN)
+    ready = poll.poll()  # a spare waits as long as its server and the lifeline last
+    if lifeline is not None and any(fd == lifeline for fd, _ in ready):
+        os._exit(lifeline_exit)
+    data, fds, _, _ = socket.recv_fds(channel, MESSAGE_MAX, REQUEST_FDS)
+    if not data:
+        os._exit(0)  # the server ended
+    channel.close()
+    request: dict[str, Any] = json.loads(data)  # checked by the server
+    return request, fds
+
+
+def _become_job(request: Mapping[str, Any], fds: list[int]) -> None:
+    """Apply the job-specific part of the sandbox (module doc, steps 2-5), in the child."""
+    global _end_fd
+    out_fd, err_fd, _end_fd = fds
     os.dup2(out_fd, 1)
     os.dup2(err_fd, 2)
-    _close_all_but(*(() if lifeline is None else (lifeline,)))
+    os.close(out_fd)
+    os.close(err_fd)
     for which, soft, hard in request["limits"]:
         resource.setrlimit(which, (soft, hard))
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_DFL)
 
 
-def _child(
-    request: Mapping[str, Any], fds: list[int], lifeline: int | None, lifeline_exit: int, job: Job
-) -> NoReturn:
-    """The forked child: never returns into the server's loop, whatever happens."""
+def _spare(channel: socket.socket, lifeline: int | None, lifeline_exit: int, job: Job) -> NoReturn:
+    """The forked child: waits for its job, then runs it; never returns into the server."""
     try:
-        _become_job(request, fds[0], fds[1], lifeline)
+        os.setsid()
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        _close_all_but(channel.fileno(), *(() if lifeline is None else (lifeline,)))
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        request, fds = _await_request(channel, lifeline, lifeline_exit)
+        _become_job(request, fds)
         if lifeline is not None:
             exit_when_lifeline_cut(lifeline, lifeline_exit)
         job(request["payload"].encode("latin-1"))
@@ -133,6 +197,14 @@ def _checked(data: bytes) -> dict[str, Any]:
     return body
 
 
+class _Child:
+    """A forked child: a spare (``job_id`` None, ``channel`` open) until it has its job."""
+
+    def __init__(self, pid: int, pidfd: int, channel: socket.socket) -> None:
+        self.pid, self.pidfd, self.channel = pid, pidfd, channel
+        self.job_id: int | None = None
+
+
 class _Server:
     def __init__(self, control: socket.socket, lifeline: int | None, lifeline_exit: int, job: Job):
         self.control, self.lifeline, self.lifeline_exit, self.job = (
@@ -141,12 +213,14 @@ class _Server:
             lifeline_exit,
             job,
         )
+        self.spare: _Child | None = None
         self.selector = selectors.DefaultSelector()
         self.selector.register(control, selectors.EVENT_READ, _CONTROL)
         if lifeline is not None:
             self.selector.register(lifeline, selectors.EVENT_READ, _LIFELINE)
 
     def serve(self) -> NoReturn:
+        self._refill()
         _send(self.control, {"ready": os.getpid()})
         while True:
             for key, _ in self.selector.select():
@@ -154,40 +228,92 @@ class _Server:
                     os._exit(self.lifeline_exit)
                 elif key.data == _CONTROL:
                     self._take_request()
-                else:
-                    self._reap(key.fd, *key.data)
+                    self._refill()
+                elif self._reap(key.data):
+                    self._refill()
 
-    def _take_request(self) -> None:
-        data, fds, flags, _ = socket.recv_fds(self.control, MESSAGE_MAX, 2)
-        if not data:
-            os._exit(0)  # the client closed its end
-        job_id: object = None
+    def _fork(self) -> _Child:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != 2:
-                raise ValueError("a request needs two descriptors and fits one message")
-            request = _checked(data)
-            job_id = request["id"]
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                _child(request, fds, self.lifeline, self.lifeline_exit, self.job)
+                _spare(theirs, self.lifeline, self.lifeline_exit, self.job)
+        except OSError:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        try:
             pidfd = os.pidfd_open(pid)
-            self.selector.register(pidfd, selectors.EVENT_READ, (job_id, pid))
-            _send(self.control, {"id": job_id, "pid": pid})
+        except OSError:
+            ours.close()
+            _kill(pid)
+            os.waitpid(pid, 0)
+            raise
+        child = _Child(pid, pidfd, ours)
+        self.selector.register(pidfd, selectors.EVENT_READ, child)
+        return child
+
+    def _refill(self) -> None:
+        """Fork the next spare when none waits; a failed fork is retried after the next request
+        or job."""
+        if self.spare is None:
+            with contextlib.suppress(OSError):
+                self.spare = self._fork()
+
+    def _hand_off(self, data: bytes, fds: list[int]) -> _Child:
+        """Send the request to the spare (or a fresh fork); a dead spare is replaced once."""
+        for attempt in (1, 2):
+            child, self.spare = self.spare or self._fork(), None
+            with child.channel:
+                try:
+                    socket.send_fds(child.channel, [data], fds)
+                    return child
+                except OSError:
+                    _kill(child.pid)  # reaped, as a spare, when its pidfd says so
+                    if attempt == 2:
+                        raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _take_request(self) -> None:
+        data, fds, flags, _ = socket.recv_fds(self.control, MESSAGE_MAX, REQUEST_FDS)
+        if not data:
+            os._exit(0)  # the client closed its end
+        job_id: int | None = None
+        try:
+            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != REQUEST_FDS:
+                raise ValueError("a request needs three descriptors and fits one message")
+            job_id = _checked(data)["id"]
+            child = self._hand_off(data, fds)
+            child.job_id = job_id
+            _send(self.control, {"id": job_id, "pid": child.pid})
         except (OSError, ValueError) as e:
             _send(self.control, {"id": job_id, "error": f"{type(e).__name__}: {e}"[:1000]})
         finally:
             for fd in fds:
                 os.close(fd)
 
-    def _reap(self, pidfd: int, job_id: int, pid: int) -> None:
-        self.selector.unregister(pidfd)
-        os.close(pidfd)
-        _, status = os.waitpid(pid, 0)
-        with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is empty
-            os.killpg(pid, signal.SIGKILL)
-        _send(self.control, {"id": job_id, "status": os.waitstatus_to_exitcode(status)})
+    def _reap(self, child: _Child) -> bool:
+        """Reap ``child`` and report it; whether it had a job (a spare that died is not
+        replaced here, lest spares that die at once keep the server forking)."""
+        self.selector.unregister(child.pidfd)
+        os.close(child.pidfd)
+        _, status = os.waitpid(child.pid, 0)
+        _kill(child.pid)  # the rest of its group
+        if child is self.spare:  # a spare died waiting: the next request forks one
+            self.spare = None
+            child.channel.close()
+        if child.job_id is None:
+            return False
+        _send(self.control, {"id": child.job_id, "status": os.waitstatus_to_exitcode(status)})
+        return True
+
+
+def _kill(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is empty
+        os.killpg(pgid, signal.SIGKILL)
 
 
 def serve_forks(job: Job, *, lifeline_exit: int = 1) -> NoReturn:

@@ -11,9 +11,10 @@ as a cold worker (:mod:`hypertrain.scoring.sandbox`). It:
    inherits, the same as a cold worker's);
 2. freezes the garbage collector's view of everything loaded so far (``gc.freeze``), so a
    child's collections do not walk, and so copy, the pages of torch's Python objects;
-3. serves fork requests forever (:func:`nurseries.serve_forks`): each child applies its
-   sandbox (own session and process group, rlimits, exactly the job's environment, its own
-   scratch directory as working directory, no descriptor but its streams and the lifeline),
+3. serves fork requests forever (:func:`nurseries.serve_forks`): each child is forked ahead
+   of its job and waits for it; once its request is there it applies its sandbox (own session
+   and process group, rlimits, exactly the job's environment, its own scratch directory as
+   working directory, no descriptor but its streams, its end pipe and the lifeline),
    then runs :func:`hypertrain.scoring.worker.run_job` on the request, which checks it, arms
    the audit hook and only then opens the inputs.
 

@@ -14,7 +14,7 @@ appending), ``remove-input``, ``spawn`` (``subprocess.Popen(["sh", ...])``), ``s
 ``import`` (``__import__`` of a module not loaded before arming), ``import-lib`` (the same
 through ``importlib``, which raises no ``import`` event: reading its file is refused),
 ``memory`` (allocate 8 GiB), ``loop`` (spin forever: the CPU limit or the kill ends it),
-``sleep`` (block forever: the kill ends it).
+``sleep`` (say ``sleeping <pid>`` on stderr, then block forever: the kill ends it).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import importlib
 import os
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -104,6 +105,8 @@ def _loop(_: Mapping[str, Path]) -> None:
 
 
 def _sleep(_: Mapping[str, Path]) -> None:
+    sys.stderr.write(f"sleeping {os.getpid()}\n")  # so a test knows the worker got this far
+    sys.stderr.flush()
     time.sleep(3600)
 
 

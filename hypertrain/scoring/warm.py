@@ -12,10 +12,12 @@ Promises of :meth:`WarmScorer.score`, beyond :func:`~hypertrain.scoring.sandbox.
 - **The same sandbox, applied in the child before it reads its inputs**: its own session and
   process group (``SIGKILL``-ed at ``kill_after_ms``, when the caller is cancelled, and when
   the job ends), the same rlimits (:func:`~hypertrain.scoring.sandbox.worker_limits`; its CPU
-  time starts at zero in the child), exactly the cold worker's scrubbed environment
+  time counts from its fork, after which it did nothing but its sandbox and an idle wait for
+  the job), exactly the cold worker's scrubbed environment
   (:func:`~hypertrain.scoring.sandbox.worker_env`) and nothing of the server's, a fresh scratch
   directory (mode 0700, removed when the job ends) as its working directory and torch's cache
-  directory, no inherited descriptor but its output pipes and the lifeline, then the audit hook
+  directory, no inherited descriptor but its output pipes, its end pipe
+  (:func:`nurseries.end_job`) and the lifeline, then the audit hook
   (:func:`hypertrain.scoring.audit.arm`). So the sandbox-escape tests hold for it unchanged.
 - **The same bits** as a cold worker and as :func:`~hypertrain.scoring.sandbox.score_inline`
   in a configured process: the server applied the same settings the same way, and ran no torch

@@ -28,7 +28,9 @@ Order of work (a promise: it is what keeps the sandbox tight):
 3. :func:`~hypertrain.scoring.audit.arm` the audit hook, readable paths = the job's inputs;
 4. read, parse and score the inputs (:func:`~hypertrain.scoring.scorers.run_challenge`);
 5. print the line, flush, and leave with ``os._exit`` (no interpreter teardown or ``atexit``
-   handler runs in the armed process).
+   handler runs in the armed process), through :func:`nurseries.end_job`: in a child of the
+   fork server it first closes stdout and stderr and tells the parent its status, so the
+   parent need not wait for the process to be torn down.
 
 Step 1 is :func:`prepare` and steps 2-5 are :func:`run_job`: the warm fork server
 (:mod:`hypertrain.scoring.forkserver`) runs :func:`prepare` once and :func:`run_job` in each
@@ -62,7 +64,7 @@ from hypertrain.scoring.jobs import SCORING_ENV, check_job_inputs
 from hypertrain.scoring.outcome import ERROR_MAX
 from hypertrain.scoring.registry import Challenge, UnknownChallenge, get_challenge
 from hypertrain.trainer.determinism import configure
-from nurseries import exit_when_lifeline_cut, lifeline_from_env
+from nurseries import end_job, exit_when_lifeline_cut, lifeline_from_env
 
 __all__ = [
     "ERROR_MAX",
@@ -83,8 +85,7 @@ REQUEST_MAX: Final = 64 * 1024
 
 def _emit(body: Mapping[str, Any], code: int) -> NoReturn:
     sys.stdout.write(json.dumps(body, separators=(",", ":"), allow_nan=False) + "\n")
-    sys.stdout.flush()
-    os._exit(code)
+    end_job(code)
 
 
 def _fail(failure: str, error: str, code: int) -> NoReturn:

@@ -1,7 +1,9 @@
 """A fork server for the tests (``python -m tests.nurseries.forkjob``): no torch, starts fast.
 
 Each job's payload is one word of :data:`ACTIONS`; ``report`` prints what the child sees of its
-sandbox as one JSON line, the others misbehave in one way each.
+sandbox as one JSON line and ends with `nurseries.end_job`, ``end-*`` use the end pipe in other
+ways, ``sleep-said`` writes its pid to the FIFO its environment names (``PID_FIFO``) and then
+sleeps, the others misbehave in one way each.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from nurseries import serve_forks
+import nurseries._forkserver
+from nurseries import end_job, serve_forks
 
 LIFELINE_EXIT: Final = 9
 _LIMITS: Final = {
@@ -34,11 +37,41 @@ def _report() -> None:
         "pid": os.getpid(),
         "sid": os.getsid(0),
         "pgid": os.getpgid(0),
-        "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
+        "fds": {int(fd): _link(fd) for fd in os.listdir("/proc/self/fd")},
         "stdin": os.readlink("/proc/self/fd/0"),
     }
-    print(json.dumps(seen), flush=True)
-    os._exit(0)
+    print(json.dumps(seen))
+    end_job(0)
+
+
+def _link(fd: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # listdir's own descriptor, closed by now
+        return ""
+
+
+def _end_and_linger() -> None:
+    """Say the job ended with status 5, and keep running: the client must not wait for it."""
+    print(os.getpid(), flush=True)
+    os.close(1)
+    os.close(2)
+    assert nurseries._forkserver._end_fd is not None
+    os.write(nurseries._forkserver._end_fd, b"5\n")
+    time.sleep(3600)
+
+
+def _end_garbage() -> None:
+    """Write something that is not a status on the end pipe: the kernel's status counts."""
+    assert nurseries._forkserver._end_fd is not None
+    os.write(nurseries._forkserver._end_fd, b"x0\n")
+    os._exit(6)
+
+
+def _sleep_said() -> None:
+    with open(os.environ["PID_FIFO"], "w") as fifo:
+        fifo.write(f"{os.getpid()}\n")
+    time.sleep(3600)
 
 
 def _fork() -> None:
@@ -65,6 +98,10 @@ ACTIONS: Final[dict[str, Callable[[], object]]] = {
     "loop": _loop,
     "sleep": lambda: time.sleep(3600),
     "noise": lambda: (sys.stdout.write("x" * 100_000), sys.stdout.flush(), os._exit(0)),
+    "end": lambda: (print("ended"), end_job(4)),
+    "end-linger": _end_and_linger,
+    "end-garbage": _end_garbage,
+    "sleep-said": _sleep_said,
 }
 
 

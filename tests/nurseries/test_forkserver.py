@@ -1,12 +1,16 @@
 """The fork server against real processes (``tests.nurseries.forkjob``, no torch): each child is
-sandboxed before its job runs, and nothing a job does reaches the server. Real time: every test
-has an absolute deadline."""
+forked ahead of its job and sandboxed before its job runs, nothing a job does reaches the server,
+a job that says it ended is not waited for, and nothing outlives a SIGKILLed client. Real time:
+every test has an absolute deadline."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,6 +28,7 @@ from nurseries import (
     open_fork_server,
 )
 from tests.nurseries.test_process import alive, wait_dead
+from tests.process_support import readline_within
 
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE = 30.0
@@ -65,9 +70,11 @@ async def _report(server: ForkServer, cwd: Path) -> dict[str, object]:
     return seen
 
 
-async def test_a_child_is_sandboxed_before_its_job_runs(tmp_path: Path) -> None:
+async def test_a_child_is_forked_ahead_and_sandboxed_before_its_job_runs(tmp_path: Path) -> None:
     async with _server() as server:
+        spares = _children_of(server.server_pid)  # forked before the server said it was ready
         seen = await _report(server, tmp_path)
+    assert spares == [seen["pid"]]  # the job ran in the spare that waited for it
     assert seen["env"] == {"JOB": "1"}  # nothing of the server's: not its secret, not its fds
     assert seen["limits"] == {
         "as": [1 << 30, 1 << 30],
@@ -79,11 +86,13 @@ async def test_a_child_is_sandboxed_before_its_job_runs(tmp_path: Path) -> None:
     assert seen["sid"] == seen["pgid"] == seen["pid"]  # its own session and group
     assert seen["pid"] != server.server_pid
     assert seen["stdin"] == "/dev/null"
-    # stdin, stdout, stderr, the lifeline, and listdir's own descriptor: no control socket
+    # stdin, stdout, stderr, the lifeline, the end pipe, listdir's own descriptor: no socket
     fds = seen["fds"]
-    assert isinstance(fds, list)
-    assert fds[:3] == [0, 1, 2]
-    assert len(fds) == 5
+    assert isinstance(fds, dict)
+    assert sorted(int(fd) for fd in fds)[:3] == [0, 1, 2]
+    assert len(fds) == 6
+    assert [link.split(":")[0] for link in fds.values()].count("pipe") == 4, fds
+    assert not any(link.startswith("socket:") for link in fds.values()), fds
 
 
 async def test_misbehaving_jobs_never_reach_the_server(tmp_path: Path) -> None:
@@ -95,6 +104,8 @@ async def test_misbehaving_jobs_never_reach_the_server(tmp_path: Path) -> None:
         outcomes["loop"] = await _run(server, "loop", tmp_path)
         outcomes["sleep"] = await _run(server, "sleep", tmp_path, timeout=0.5)
         outcomes["noise"] = await _run(server, "noise", tmp_path)
+        outcomes["end"] = await _run(server, "end", tmp_path)
+        outcomes["end-garbage"] = await _run(server, "end-garbage", tmp_path)
         last = await _report(server, tmp_path)
         assert not server.gone
     assert outcomes["exit"].returncode == 7
@@ -109,7 +120,20 @@ async def test_misbehaving_jobs_never_reach_the_server(tmp_path: Path) -> None:
     assert outcomes["sleep"].returncode == -signal.SIGKILL
     assert outcomes["noise"].stdout_truncated
     assert len(outcomes["noise"].stdout) == 4096
+    assert (outcomes["end"].returncode, outcomes["end"].stdout) == (4, b"ended\n")
+    assert outcomes["end-garbage"].returncode == 6  # not a status: the kernel's counts
     assert first["env"] == last["env"] == {"JOB": "1"}
+
+
+async def test_a_job_that_says_it_ended_is_not_waited_for(tmp_path: Path) -> None:
+    """``end-linger`` announces status 5 on its end pipe and sleeps on: the result comes at
+    once with that status (without the announcement it would come at the kill, 10 s later,
+    as a timeout), and its group is killed."""
+    async with _server() as server:
+        result = await _run(server, "end-linger", tmp_path, timeout=10.0)
+        assert (result.returncode, result.killed_for_time) == (5, False), result
+        await wait_dead(int(result.stdout))
+        assert not server.gone
 
 
 async def test_what_a_job_started_dies_with_it(tmp_path: Path) -> None:
@@ -133,10 +157,20 @@ def _children_of(pid: int) -> list[int]:
     return [int(p.name) for p in procs if _ppid(p) == str(pid) and alive(int(p.name))]
 
 
-async def _wait_children(server: ForkServer) -> list[int]:
-    while not (pids := _children_of(server.server_pid)):  # noqa: ASYNC110 - polling /proc
+def _cwd_of(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
+
+
+async def _wait_job(server: ForkServer, cwd: Path) -> int:
+    """The server's child running a job in ``cwd`` (a spare waits in the server's cwd)."""
+    while True:
+        jobs = [p for p in _children_of(server.server_pid) if _cwd_of(p) == str(cwd)]
+        if jobs:
+            return jobs[0]
         await trio.sleep(0.02)
-    return pids
 
 
 async def test_a_cancelled_caller_kills_its_job(tmp_path: Path) -> None:
@@ -148,10 +182,9 @@ async def test_a_cancelled_caller_kills_its_job(tmp_path: Path) -> None:
                 await _run(server, "sleep", tmp_path, timeout=DEADLINE)
 
         nursery.start_soon(sleeper)
-        pids = await _wait_children(server)
+        job = await _wait_job(server, tmp_path)
         cancel.cancel()
-        for pid in pids:
-            await wait_dead(pid)
+        await wait_dead(job)
         assert not server.gone
         assert (await _report(server, tmp_path))["env"] == {"JOB": "1"}
 
@@ -166,9 +199,10 @@ async def test_a_server_that_dies_fails_its_jobs_and_kills_them(tmp_path: Path) 
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(sleeper)
-            pids = await _wait_children(server)
+            await _wait_job(server, tmp_path)
+            pids = _children_of(server.server_pid)  # the job and the next spare
             os.kill(server.server_pid, signal.SIGKILL)
-        assert pids
+        assert len(pids) == 2
         for pid in pids:
             await wait_dead(pid)
         assert server.gone
@@ -181,3 +215,60 @@ async def test_a_server_that_never_gets_ready_is_reported() -> None:
     with trio.fail_after(DEADLINE), pytest.raises(ForkServerGone):
         async with open_fork_server(argv, env={}, start_timeout=DEADLINE):
             pass  # pragma: no cover
+
+
+_PARENT = """
+import sys
+import trio
+from nurseries import Limits, open_fork_server
+
+async def main() -> None:
+    argv = [sys.executable, "-m", "tests.nurseries.forkjob"]
+    async with open_fork_server(argv, env={"PYTHONPATH": sys.argv[1]}, start_timeout=30) as server:
+        print(server.server_pid, flush=True)
+        env, limits = {"PID_FIFO": sys.argv[2]}, Limits()
+        await server.run(b"sleep-said", env=env, limits=limits, timeout=3600, output_cap=9, cwd="/")
+
+trio.run(main)
+"""
+
+
+def test_nothing_outlives_a_sigkilled_client(tmp_path: Path) -> None:
+    """A client killed with SIGKILL cannot stop its server or kill its jobs' groups: the
+    lifeline ends the server, its spare and a job that is sleeping (it said so), each seen to
+    exit on a pidfd within a bound."""
+    fifo = tmp_path / "job.pid"
+    os.mkfifo(fifo)
+    # Opened before the job can open it for writing, so the read below waits for its line.
+    job_said = os.fdopen(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK), "r")
+    os.set_blocking(job_said.fileno(), True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PARENT, str(REPO), str(fifo)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    pidfds: list[int] = []
+    try:
+        assert parent.stdout is not None
+        server = int(readline_within(parent.stdout, DEADLINE))
+        with job_said:
+            job = int(readline_within(job_said, DEADLINE))
+        family = [server, *_children_of(server)]  # the server, the job, the next spare
+        assert job in family
+        assert len(family) == 3, family
+        pidfds = [os.pidfd_open(pid) for pid in family]
+        assert all(alive(pid) for pid in family)
+        parent.kill()
+        parent.wait(timeout=DEADLINE)
+        for pid, pidfd in zip(family, pidfds, strict=True):
+            ready, _, _ = select.select([pidfd], [], [], DEADLINE)
+            assert ready, f"{pid} ({'job' if pid == job else 'server or spare'}) outlived it"
+    finally:
+        parent.kill()
+        parent.wait(timeout=DEADLINE)
+        parent.stdout.close()
+        for pidfd in pidfds:
+            with contextlib.suppress(ProcessLookupError):  # a survivor: the test failed
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            os.close(pidfd)

@@ -2,10 +2,12 @@
 
 A real parent (``python -c``, calling :func:`~hypertrain.scoring.sandbox.run_scorer` as the node
 and the daemon's scorer pool do) starts a real worker on the test-only hostile challenge
-``sleep``, which would block for an hour. The worker's interpreter is a wrapper that writes its
-pid to a FIFO the test reads (a line, with a deadline) and then execs Python, so the test knows
-the worker exists without polling. The parent is then SIGKILLed: it cannot kill the worker's
-group, so only the lifeline can end the worker. Its exit is awaited on a pidfd, with a deadline.
+``sleep``, which says ``sleeping <pid>`` on stderr and then blocks for an hour. The worker's
+interpreter is a wrapper that execs Python with stderr sent to a FIFO the test reads (a line,
+with a deadline), so the test knows, without polling, that the worker is alive and asleep (not
+starting, not dead of its own accord) and that it is the scorer worker (its command line). The
+parent is then SIGKILLed: it cannot kill the worker's group, so only the lifeline can end the
+worker. Its exit is awaited on a pidfd, with a deadline.
 """
 
 from __future__ import annotations
@@ -19,17 +21,17 @@ import sys
 from pathlib import Path
 
 from hypertrain.scoring.hostile import HOSTILE_ENV
+from hypertrain.scoring.sandbox import WORKER_MODULE
 from tests.process_support import readline_within
 
 REPO = Path(__file__).resolve().parents[2]
 BOUND = 30.0
 """Real seconds for the parent to start its worker, and for the worker to notice the cut (both
 take well under a second on an idle machine; the bound is for a busy shared one)."""
-FIFO_ENV = "HYPERTRAIN_TEST_WORKER_PID_FIFO"
+FIFO_ENV = "HYPERTRAIN_TEST_WORKER_STDERR_FIFO"
 
 _WRAPPER = """#!/bin/sh
-echo $$ > "${fifo_env}"
-exec {python} "$@"
+exec {python} "$@" 2>"${fifo_env}"
 """
 
 _PARENT = """
@@ -62,7 +64,7 @@ def _exited_within(pidfd: int, seconds: float) -> bool:
 def test_a_worker_stops_when_its_parent_is_killed(tmp_path: Path) -> None:
     model = tmp_path / "model.json"
     model.write_text("{}")
-    fifo = tmp_path / "worker.pid"
+    fifo = tmp_path / "worker.stderr"
     os.mkfifo(fifo)
     wrapper = tmp_path / "python"
     wrapper.write_text(_WRAPPER.format(fifo_env=FIFO_ENV, python=sys.executable))
@@ -82,7 +84,10 @@ def test_a_worker_stops_when_its_parent_is_killed(tmp_path: Path) -> None:
     try:
         with reader:
             line = readline_within(reader, BOUND)
-        pidfd = os.pidfd_open(int(line))
+        assert line.startswith("sleeping "), f"the worker did not get to sleep: {line!r}"
+        pid = int(line.split()[1])
+        pidfd = os.pidfd_open(pid)  # ProcessLookupError: it died on its own
+        assert WORKER_MODULE in Path(f"/proc/{pid}/cmdline").read_text()
         parent.kill()
         parent.wait(timeout=BOUND)
         assert _exited_within(pidfd, BOUND), "the worker outlived its SIGKILLed parent"

@@ -1,9 +1,12 @@
 """The warm scorer (a fork server of scoring workers) against real processes.
 
-Its results equal a cold worker's and inline scoring's bit for bit; the escape attempts of
-``test_escape`` are refused or killed in its children just as in cold workers; a job that
-misbehaves never harms the server (the next job runs on the same one, with no cold start);
-a server that dies is replaced and its job runs cold. Real time: each test has a deadline.
+One test, one server start for all of it (each start imports torch: seconds of CPU on a busy
+machine), in this order: its results equal inline scoring's in a configured process bit for bit
+(and so a cold worker's, which ``test_worker`` checks against the same); the test switch set in
+the server's own environment does not reach a child; the escape attempts of ``test_escape`` are
+refused or killed in its children just as in cold workers; none of that harms the server (the
+next honest job runs on the same one, same bits); then a server that dies while a job runs is
+replaced and its job runs cold. Real time: a deadline for the whole.
 """
 
 from __future__ import annotations
@@ -15,31 +18,20 @@ from pathlib import Path
 import attrs
 import trio
 
+from hypertrain.scoring.outcome import ScoreOutcome
 from hypertrain.scoring.registry import DELTA_LOSS
-from hypertrain.scoring.sandbox import run_scorer
-from hypertrain.scoring.warm import WarmStatistics, open_warm_scorer
+from hypertrain.scoring.warm import WarmScorer, WarmStatistics, open_warm_scorer
 from tests.scoring.test_escape import HOSTILE, REFUSED, _hostile
 from tests.scoring.test_worker import _inline_in_a_configured_process
 
 DEADLINE = 180.0
-"""Real seconds: the server's start (~3 s of CPU importing torch) and a cold worker on a busy
-machine, then jobs of about 0.1 s each."""
+"""Real seconds: two server starts and a cold worker (each ~3 s of CPU importing torch) on a
+busy machine, then jobs of about 0.1 s each."""
 
 
-async def test_warm_results_equal_a_cold_worker_and_inline_scoring(job: dict[str, Path]) -> None:
-    with trio.fail_after(DEADLINE):
-        async with open_warm_scorer() as scorer:
-            first = await scorer.score(DELTA_LOSS, job)
-            second = await scorer.score(DELTA_LOSS, job)
-            assert scorer.statistics() == WarmStatistics(2, 0, 1)
-        cold = await run_scorer(DELTA_LOSS, job)
-    assert first.ok, first
-    assert first.result == second.result == cold.result
-    inline = await trio.to_thread.run_sync(_inline_in_a_configured_process, job)
-    assert inline == first.result
-
-
-async def test_escape_attempts_and_runaways_never_reach_the_server(job: dict[str, Path]) -> None:
+async def test_one_warm_server_scores_refuses_survives_and_is_replaced(
+    job: dict[str, Path],
+) -> None:
     model_json = {"model.json": job["model.json"]}
     before = job["model.json"].read_bytes()
     runaways = {
@@ -47,8 +39,20 @@ async def test_escape_attempts_and_runaways_never_reach_the_server(job: dict[str
         "loop": _hostile("loop", kill_after_ms=60_000, step_budget_ms=1_000),
         "sleep": _hostile("sleep", kill_after_ms=1_500, step_budget_ms=1_000),
     }
+    inline: list[dict[str, object]] = []
     with trio.fail_after(DEADLINE):
-        async with open_warm_scorer() as scorer:
+        async with (
+            trio.open_nursery() as nursery,
+            open_warm_scorer(server_env=HOSTILE, max_starts=2) as scorer,
+        ):
+
+            async def score_inline_meanwhile() -> None:  # while the server imports torch
+                inline.append(await trio.to_thread.run_sync(_inline_in_a_configured_process, job))
+
+            nursery.start_soon(score_inline_meanwhile)
+            first = await scorer.score(DELTA_LOSS, job)
+            second = await scorer.score(DELTA_LOSS, job)
+            switch_on_the_server = await scorer.score(_hostile("read"), model_json)
             refused = {
                 w: await scorer.score(_hostile(w), model_json, extra_env=HOSTILE) for w in REFUSED
             }
@@ -57,6 +61,14 @@ async def test_escape_attempts_and_runaways_never_reach_the_server(job: dict[str
             }
             honest = await scorer.score(DELTA_LOSS, job)
             statistics = scorer.statistics()
+            lost = await _kill_the_server_during_a_job(scorer, model_json)
+            after = await scorer.score(DELTA_LOSS, job)
+            replaced = scorer.statistics()
+
+    assert first.ok, first
+    assert first.result == second.result == inline[0] == honest.result
+    assert switch_on_the_server.failure == "bad-input"
+    assert "unknown challenge 'test-hostile-read'" in switch_on_the_server.error
     for what, expected in REFUSED.items():
         outcome = refused[what]
         assert (outcome.ok, outcome.failure) == (False, "crash"), (what, outcome)
@@ -68,58 +80,49 @@ async def test_escape_attempts_and_runaways_never_reach_the_server(job: dict[str
         "timeout",
         "scorer killed after 1500 ms",
     )
-    assert honest.ok, honest
     assert job["model.json"].read_bytes() == before
     assert not _hostile_files()
-    assert statistics == WarmStatistics(len(REFUSED) + len(runaways) + 1, 0, 1)
-
-
-async def test_the_switch_stays_with_the_job_not_the_server(job: dict[str, Path]) -> None:
-    """The server's own environment never reaches a child: the test switch set on the server
-    does not enable hostile challenges."""
-    with trio.fail_after(DEADLINE):
-        async with open_warm_scorer(server_env=HOSTILE) as scorer:
-            outcome = await scorer.score(_hostile("read"), {"model.json": job["model.json"]})
-    assert outcome.failure == "bad-input"
-    assert "unknown challenge 'test-hostile-read'" in outcome.error
-
-
-async def test_a_dead_server_is_replaced_and_its_job_runs_cold(job: dict[str, Path]) -> None:
-    sleeper = attrs.evolve(_hostile("sleep"), kill_after_ms=60_000, step_budget_ms=50_000)
-    with trio.fail_after(DEADLINE):
-        async with open_warm_scorer(max_starts=2) as scorer:
-            server = await scorer.server()
-            assert server is not None
-            async with trio.open_nursery() as nursery:
-
-                async def kill_server_once_its_child_runs() -> None:
-                    while not _has_children(server.server_pid):  # noqa: ASYNC110 - /proc
-                        await trio.sleep(0.02)
-                    os.kill(server.server_pid, signal.SIGKILL)
-
-                nursery.start_soon(kill_server_once_its_child_runs)
-                cut_short = attrs.evolve(sleeper, kill_after_ms=3_000, step_budget_ms=2_000)
-                lost = await scorer.score(
-                    cut_short, {"model.json": job["model.json"]}, extra_env=HOSTILE
-                )
-            after = await scorer.score(DELTA_LOSS, job)
-            statistics = scorer.statistics()
+    jobs = 3 + len(REFUSED) + len(runaways) + 1
+    assert statistics == WarmStatistics(jobs, 0, 1)  # every job on the first server
     assert lost.failure == "timeout"  # the cold rerun's own outcome
     assert after.ok, after
-    assert statistics == WarmStatistics(1, 1, 2)
+    assert after.result == first.result
+    assert replaced == WarmStatistics(jobs + 1, 1, 2)
+
+
+async def _kill_the_server_during_a_job(
+    scorer: WarmScorer, model_json: dict[str, Path]
+) -> ScoreOutcome:
+    """SIGKILL the server once a sleeping job's child runs; the job's outcome (run cold)."""
+    server = await scorer.server()
+    assert server is not None
+    sleeper = attrs.evolve(_hostile("sleep"), kill_after_ms=3_000, step_budget_ms=2_000)
+    async with trio.open_nursery() as nursery:
+
+        async def kill_server_once_its_job_runs() -> None:
+            while not _job_children(server.server_pid):  # noqa: ASYNC110 - /proc
+                await trio.sleep(0.02)
+            os.kill(server.server_pid, signal.SIGKILL)
+
+        nursery.start_soon(kill_server_once_its_job_runs)
+        return await scorer.score(sleeper, model_json, extra_env=HOSTILE)
 
 
 def _hostile_files() -> list[Path]:
     return list(Path("/tmp").glob("hypertrain-hostile-*"))
 
 
-def _has_children(pid: int) -> bool:
+def _job_children(pid: int) -> list[int]:
+    """Children of ``pid`` running a job: in their scratch directory (a spare waits in /)."""
+    found = []
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and (proc / "stat").read_text().rsplit(")", 1)[1].split()[
-                1
-            ] == str(pid):
-                return True
+            if (
+                proc.name.isdigit()
+                and (proc / "stat").read_text().rsplit(")", 1)[1].split()[1] == str(pid)
+                and os.readlink(proc / "cwd") != "/"
+            ):
+                found.append(int(proc.name))
         except (OSError, IndexError):
             continue
-    return False
+    return found
