@@ -9,7 +9,8 @@ decisions, judging, the UTC day), :mod:`.model` (settings, events, records).
 Store functions (each the body of ONE ``db.write``/``db.read`` transaction; each takes the wall
 time ``now_ms`` from its caller and returns the events to publish as ``(kind, payload)``):
 :func:`register_node`, :func:`authenticate` (:mod:`.nodes`); :func:`enqueue_step`,
-:func:`job_scores`, :func:`pending_fallbacks` (:mod:`.jobs`); :func:`lease` (:mod:`.leases`);
+:func:`job_scores`, :func:`jobs_of_subjects`, :func:`pending_fallbacks` (:mod:`.jobs`);
+:func:`lease` (:mod:`.leases`);
 :func:`submit_result` (:mod:`.results`); :func:`expire_due`, :func:`fallback_due`,
 :func:`next_deadline_ms` (:mod:`.timers`); :func:`settle_trusted` (:mod:`.fallback`);
 :func:`status` (:mod:`.status`). Tables: ``0008_compute.sql``.
@@ -21,7 +22,13 @@ struck) | fallback (``fallback_due``/rules -> the trusted evaluator -> ``settle_
 
 from hypertrain.compute.answers import ERROR_TEXT_LIMIT, Answer, answer_of, parse_answer
 from hypertrain.compute.fallback import settle_trusted
-from hypertrain.compute.jobs import canonical_subject, enqueue_step, job_scores, pending_fallbacks
+from hypertrain.compute.jobs import (
+    canonical_subject,
+    enqueue_step,
+    job_scores,
+    jobs_of_subjects,
+    pending_fallbacks,
+)
 from hypertrain.compute.keys import (
     check_handle,
     is_node_key,
@@ -108,6 +115,7 @@ __all__ = [
     "is_node_key",
     "iso_ms",
     "job_scores",
+    "jobs_of_subjects",
     "judge",
     "lease",
     "mint_key",

@@ -121,6 +121,32 @@ def job_scores(conn: sqlite3.Connection, subject: Mapping[str, Any]) -> list[Job
     return [job_from_row(r) for r in rows]
 
 
+_SUBJECTS_PER_QUERY: Final = 500
+"""Subjects one :func:`jobs_of_subjects` statement asks for (SQLite bounds its parameters)."""
+_SUBJECT: Final = JOB_COLUMNS.split(", ").index("subject")
+
+
+def jobs_of_subjects(
+    conn: sqlite3.Connection, subjects: Sequence[Mapping[str, Any]]
+) -> list[list[Job]]:
+    """:func:`job_scores` of each of ``subjects``, in their order, in one statement per
+    :data:`_SUBJECTS_PER_QUERY` subjects (each a search of the ``(subject, step, challenge)``
+    index)."""
+    texts = [canonical_subject(subject) for subject in subjects]
+    found: dict[str, list[Job]] = {text: [] for text in texts}
+    for start in range(0, len(texts), _SUBJECTS_PER_QUERY):
+        chunk = texts[start : start + _SUBJECTS_PER_QUERY]
+        rows = conn.execute(
+            f"SELECT {JOB_COLUMNS} FROM compute_jobs WHERE subject IN"
+            f" ({', '.join('?' * len(chunk))}) ORDER BY subject, step, challenge",
+            chunk,
+        )
+        for row in rows:
+            job = job_from_row(row)
+            found[row[_SUBJECT]].append(job)
+    return [found[text] for text in texts]
+
+
 def pending_fallbacks(conn: sqlite3.Connection) -> list[Job]:
     """Jobs in state ``fallback`` (awaiting the trusted evaluator), oldest first."""
     rows = conn.execute(

@@ -1,7 +1,8 @@
 """Storage of hypertrain: the SQLite DB runner, its migrations and the object store.
 
 - :func:`open_database` / :class:`Database`: ``await db.read(fn, *args)``,
-  ``await db.write(fn, *args)`` (one transaction each), the checkpointer service.
+  ``await db.write(fn, *args)`` (one transaction each), ``await db.stamp()`` (changes with
+  every commit), the checkpointer service.
 - :class:`ObjectStore`: content-addressed files ``<root>/<sha[:2]>/<sha>``, hash-checked.
 - :mod:`hypertrain.store.catalog`: queries on the ``meta`` and ``objects`` tables.
 - :mod:`hypertrain.store.errors`: the store's errors (see its docstring for the tree).
@@ -15,6 +16,7 @@ from hypertrain.store.db import (
     Database,
     DatabaseStatistics,
     Mode,
+    Stamp,
     open_database,
 )
 from hypertrain.store.errors import (
@@ -52,6 +54,7 @@ __all__ = [
     "ObjectStore",
     "ObjectStoreStatistics",
     "SchemaTooNew",
+    "Stamp",
     "StoreError",
     "check_key",
     "default_migrations",

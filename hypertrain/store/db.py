@@ -24,6 +24,13 @@ connection (writes serialized by the lock) and a dedicated read-only reader conn
 serialized by their own lock, running beside a write thanks to WAL); use it for queries that must
 be long. Thread mode, like the checkpointer, does not belong in autojump-clock tests.
 
+Stamps. ``await db.stamp()`` returns a :data:`Stamp` that differs from every earlier one once the
+data may have changed: a count of the write transactions this runner committed, and SQLite's
+``PRAGMA data_version`` on the reader connection, which moves with every commit of another
+connection (the writer in thread mode, another process on the same file). An answer computed
+from a read started after taking a stamp is never older than that stamp says; a cache that
+serves it only while the stamp is unchanged never serves stale data.
+
 Checkpoints. ``run_checkpointer`` is a service the daemon starts in its nursery (inside the
 ``open_database`` block): every
 ``checkpoint_interval`` seconds, on absolute time, it runs ``PRAGMA wal_checkpoint(PASSIVE)`` on
@@ -57,6 +64,7 @@ __all__ = [
     "Database",
     "DatabaseStatistics",
     "Mode",
+    "Stamp",
     "open_database",
 ]
 
@@ -67,6 +75,8 @@ DEFAULT_CHECKPOINT_INTERVAL = 10.0
 """Seconds between passive WAL checkpoints of :meth:`Database.run_checkpointer`."""
 
 Mode = Literal["inline", "thread"]
+Stamp = tuple[int, int]
+"""What :meth:`Database.stamp` returns: (writes committed here, the reader's data_version)."""
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 Fn = Callable[[sqlite3.Connection, *Ts], T]
@@ -167,6 +177,16 @@ class Database:
                     result = await trio.to_thread.run_sync(self._run_write, fn, args)
         return result
 
+    async def stamp(self) -> Stamp:
+        """The data's stamp now (module doc): equal to an earlier stamp only if no write has
+        committed since, here or on any other connection."""
+        self._check_open()
+        if self._mode == "inline":
+            return self._writes, self._data_version()
+        async with self._read_lock:
+            version = await trio.to_thread.run_sync(self._data_version)
+        return self._writes, version
+
     async def checkpoint(self) -> CheckpointResult:
         """Run one passive WAL checkpoint on the checkpoint connection, in a worker thread."""
         self._check_open()
@@ -241,6 +261,10 @@ class Database:
             raise
         self._writes += 1
         return result
+
+    def _data_version(self) -> int:
+        (version,) = self._reader.execute("PRAGMA data_version").fetchone()
+        return int(version)
 
     def _run_checkpoint(self) -> CheckpointResult:
         if self._checkpoint_conn is None:

@@ -74,6 +74,8 @@ class Harness:
     chain: LocalChain
     secrets: Secrets
     wall: VirtualClock
+    parts: AppParts | None = None
+    """What the app's routes were built with (its answer cache, ...)."""
 
     def round(self, number: int) -> BeaconRound:
         """Round ``number`` of the local chain, signed."""
@@ -137,7 +139,7 @@ async def open_harness(
             extra_routes(app, ctx)
         with ledger:
             async with open_mounted_client({API: app}, base_url=API) as client:
-                yield Harness(ctx, client, chain, secrets, wall)
+                yield Harness(ctx, client, chain, secrets, wall, parts)
 
 
 class CapturedApp:

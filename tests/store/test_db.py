@@ -216,3 +216,30 @@ async def test_bad_settings_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="checkpoint_interval"):
         async with open_database(tmp_path / "s.db", checkpoint_interval=0):
             pass
+
+
+def fail_after_write(conn: sqlite3.Connection) -> None:
+    set_meta(conn, "counter", "99")
+    raise ValueError("rolled back")
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_stamp_changes_with_every_commit_and_only_then(
+    tmp_path: Path, mode: Mode
+) -> None:
+    async with open_database(tmp_path / "s.db", mode=mode) as db:
+        first = await db.stamp()
+        await db.read(counter)
+        assert await db.stamp() == first
+        with pytest.raises(ValueError, match="rolled back"):
+            await db.write(fail_after_write)
+        assert await db.stamp() == first
+        await db.write(increment)
+        second = await db.stamp()
+        assert second != first
+        with sqlite3.connect(db.path) as other:  # another process on the same file
+            other.execute("INSERT INTO meta (key, value) VALUES ('other', '1')")
+        other.close()
+        third = await db.stamp()
+        assert third not in (first, second)
+        assert await db.stamp() == third

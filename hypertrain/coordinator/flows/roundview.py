@@ -31,7 +31,7 @@ from typing import Any
 from attrs import field, frozen
 
 from hypertrain.beacon.ingest import get_round, latest_round
-from hypertrain.compute import Job, job_scores
+from hypertrain.compute import Job, jobs_of_subjects
 from hypertrain.coordinator.flows.aggregation import AggregationRow, get_aggregation
 from hypertrain.coordinator.flows.disputes import round_disputes
 from hypertrain.coordinator.flows.heldout import get_loss
@@ -183,11 +183,13 @@ def round_facts(
         miners, paging = miner_rows(conn, run_id, w), None
         details = miner_details(conn, run_id, w)
     else:
-        fetched = miner_details(conn, run_id, w, page.offset, page.fetch)
+        fetched = miner_details(conn, run_id, w, page.offset, page.fetch, envelopes=page.full)
         kept, paging = page.cut(list(fetched.values()))
         miners = [(m.hotkey, m.slot, m.status) for m in kept]
         details = {m.hotkey: m for m in kept}
     audits = jobs_of_round(conn, run_id, w)
+    uploaded = uploaded_hotkeys(conn, run_id, w)
+    scores = jobs_of_subjects(conn, [scoring_subject(run_id, w, hotkey) for hotkey in uploaded])
     assign_round = get_round(conn, row.deadlines.d_assign) if d >= row.deadlines.d_assign else None
     audit_round = get_round(conn, row.deadlines.d_audit) if d >= row.deadlines.d_audit else None
     return RoundFacts(
@@ -203,10 +205,7 @@ def round_facts(
         paging=paging,
         start_state=get_round_state(conn, run_id, w),
         aggregation=get_aggregation(conn, run_id, w),
-        scores={
-            hotkey: job_scores(conn, scoring_subject(run_id, w, hotkey))
-            for hotkey in uploaded_hotkeys(conn, run_id, w)
-        },
+        scores=dict(zip(uploaded, scores, strict=True)),
         heldout_loss=get_loss(conn, run_id, w),
         heldout_loss_after=get_loss(conn, run_id, w + 1),
         selected=draw_of(conn, run_id, w),

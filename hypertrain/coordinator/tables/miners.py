@@ -55,6 +55,8 @@ _MINER_COLUMNS: Final = (
     "hotkey, slot, status, accept_envelope, commit_envelope, receipt, received_round,"
     " delta_manifest, delta_hash"
 )
+_FACT_COLUMNS: Final = "hotkey, slot, status, NULL, NULL, NULL, received_round, NULL, delta_hash"
+""":data:`_MINER_COLUMNS` without the envelopes: read from the ``miners_facts`` index alone."""
 
 
 def _json(text: str | None) -> Any:
@@ -112,13 +114,20 @@ def get_miner(conn: sqlite3.Connection, run_id: str, w: int, hotkey: str) -> Min
 
 
 def miner_details(
-    conn: sqlite3.Connection, run_id: str, w: int, offset: int = 0, count: int = -1
+    conn: sqlite3.Connection,
+    run_id: str,
+    w: int,
+    offset: int = 0,
+    count: int = -1,
+    *,
+    envelopes: bool = True,
 ) -> dict[str, MinerRow]:
     """The miner rows of round ``w`` by hotkey, in hotkey order: from the ``offset``-th on, at
-    most ``count`` of them (-1: all), read along the primary key."""
+    most ``count`` of them (-1: all), read along the primary key; without ``envelopes`` the
+    rows' envelopes are None and the read touches the ``miners_facts`` index only."""
+    columns = _MINER_COLUMNS if envelopes else _FACT_COLUMNS
     rows = conn.execute(
-        f"SELECT {_MINER_COLUMNS} FROM miners WHERE run_id = ? AND w = ?"
-        " ORDER BY hotkey LIMIT ? OFFSET ?",
+        f"SELECT {columns} FROM miners WHERE run_id = ? AND w = ? ORDER BY hotkey LIMIT ? OFFSET ?",
         (run_id, w, count, offset),
     )
     return {row[0]: _miner(row) for row in rows}

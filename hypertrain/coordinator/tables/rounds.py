@@ -294,18 +294,19 @@ def pending_state_changes(
     conn: sqlite3.Connection,
     D: int,  # noqa: N803 (spec name)
 ) -> list[StateChange]:
-    """Rounds (of every run) whose state at D is not the last one published, by run and w."""
-    rows = [
-        _row(row)
-        for row in conn.execute(
-            f"SELECT {_COLUMNS} FROM rounds WHERE published_state IS NOT ? ORDER BY run_id, w",
-            (_TERMINAL,),
-        )
-    ]
+    """Rounds (of every run) whose state at D is not the last one published, by run and w.
+
+    Reads only the rounds not yet RELEASED (the last state a round reaches), along the
+    ``rounds_unreleased`` index: bounded by the rounds still in flight, not by history."""
+    rows = conn.execute(
+        "SELECT run_id, w, published_state, d_open, d_assign, d_commit, d_audit, d_upload,"
+        f" d_final FROM rounds WHERE published_state IS NOT '{_TERMINAL}' ORDER BY run_id, w"
+    ).fetchall()
+    keys = [RoundKey(row[0], row[1], Deadlines(*row[3:])) for row in rows]
     return [
-        StateChange(row.run_id, row.w, row.published_state, state)
-        for row, state in zip(rows, round_states(conn, D, rows), strict=True)
-        if state.value != row.published_state
+        StateChange(key.run_id, key.w, row[2], state)
+        for key, row, state in zip(keys, rows, round_states(conn, D, keys), strict=True)
+        if state.value != row[2]
     ]
 
 

@@ -7,8 +7,11 @@ Adding a group of routes is one entry in :data:`ROUTE_MODULES`. What routes use 
 (:func:`hypertrain.daemon.main.serve_daemon`, or a test) and handed in as :class:`AppParts`;
 :meth:`AppParts.build` builds them without touching ``ctx``, so the caller decides what to
 subscribe (``ctx.beacon_observers.extend(parts.beacon_observers())``). :func:`create_app` has no
-side effects: two apps over one ``ctx`` serve the same state. The app does no long-running
-work of its own (its nursery is Quart's; STYLE: services live in the daemon's supervisor).
+side effects: two apps over one ``ctx`` serve the same state. The app's ASGI callable is
+wrapped by :func:`~hypertrain.coordinator.web.answers.serve_answers`, which answers a repeated
+public view from ``parts.answers`` while the database is unchanged and hands everything else
+to Quart. The app does no long-running work of its own (its nursery is Quart's; STYLE:
+services live in the daemon's supervisor).
 """
 
 from __future__ import annotations
@@ -40,8 +43,10 @@ from hypertrain.coordinator.web import (
     system,
     worker,
 )
+from hypertrain.coordinator.web.answers import AnswerCache, serve_answers
 from hypertrain.coordinator.web.http import (
     BODY_TIMEOUT,
+    HEADERS_LIMIT,
     install_converters,
     install_error_handlers,
 )
@@ -68,6 +73,8 @@ class AppParts:
     """The dispute deadlines after each new D."""
     finality: Finality
     """Finalize records (the route's and the daemon's aggregator's) and the ledger feed."""
+    answers: AnswerCache
+    """The public read views' answers, served in front of Quart while the data is unchanged."""
     run_sync: RunSync = run_inline
     """Where routes run CPU work (hashing a served state blob): a worker thread in the daemon."""
 
@@ -85,6 +92,7 @@ class AppParts:
             audits=AuditDraws(ctx, run_sync),
             disputes=DisputeClock(ctx),
             finality=Finality(ctx),
+            answers=AnswerCache(ctx.db),
             run_sync=run_sync,
         )
 
@@ -122,4 +130,7 @@ def create_app(ctx: Coordinator, parts: AppParts) -> App:
     install_converters(app)
     for register in ROUTE_MODULES:
         register(app, ctx, parts)
+    app.asgi_app = serve_answers(  # type: ignore[method-assign,assignment]
+        app.asgi_app, parts.answers, headers_limit=HEADERS_LIMIT
+    )
     return app

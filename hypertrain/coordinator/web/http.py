@@ -6,6 +6,9 @@
   strict parser (:func:`hypertrain.protocol.jcs.parse_json`: duplicate keys, NaN/Infinity and
   bad UTF-8 are 400).
 - :func:`json_response`: compact JSON, no sorting (fast; the wire codec decides field order).
+- :func:`cached_json_response`: the same for a public read view, through the answer cache
+  (:mod:`hypertrain.coordinator.web.answers`), which then answers the same request in front
+  of Quart until the data changes.
 - :func:`object_response`: a stored object streamed with its length.
 - :func:`install_converters`: the ``u53`` path converter, the only integer converter routes
   use (``<u53:w>``): any path segment where it stands is read by
@@ -28,9 +31,8 @@
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import trio
@@ -41,6 +43,7 @@ from werkzeug.exceptions import BadRequest, HTTPException, RequestEntityTooLarge
 from werkzeug.routing import BaseConverter
 
 from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.web.answers import AnswerCache, encode_json, key_of
 from hypertrain.protocol.errors import HeadersTooLarge, Malformed, PayloadTooLarge, ProtocolError
 from hypertrain.protocol.jcs import parse_json
 from hypertrain.protocol.validators import int_param, u_int
@@ -53,6 +56,7 @@ __all__ = [
     "RETRY_AFTER_STOPPING",
     "PathParamError",
     "U53Converter",
+    "cached_json_response",
     "install_converters",
     "install_error_handlers",
     "json_response",
@@ -76,8 +80,18 @@ _INTERNAL: Final = "internal error"
 
 def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     """``obj`` as compact JSON with ``status``."""
-    body = json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    body = encode_json(obj)
     return Response(body, status=status, content_type=JSON_CONTENT_TYPE, headers=headers)
+
+
+async def cached_json_response(
+    answers: AnswerCache, produce: Callable[[], Awaitable[Any]]
+) -> Response:
+    """``await produce()`` as a 200 JSON answer, kept by ``answers`` under this request's path
+    and query (only for a view that is a function of them and the database; see
+    :mod:`~hypertrain.coordinator.web.answers`)."""
+    body = await answers.answer(key_of(request.scope), produce)
+    return Response(body, content_type=JSON_CONTENT_TYPE)
 
 
 def object_response(objects: ObjectStore, sha256: str) -> Response:

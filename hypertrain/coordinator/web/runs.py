@@ -49,7 +49,7 @@ from hypertrain.coordinator.tables.runs import (
     upsert_roster,
 )
 from hypertrain.coordinator.web.auth import require_admin
-from hypertrain.coordinator.web.http import json_response, read_json
+from hypertrain.coordinator.web.http import cached_json_response, json_response, read_json
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import Malformed, NotConfigured
 from hypertrain.protocol.validators import is_ss58_address
@@ -145,10 +145,15 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
 
     async def get_run(run_id: str) -> Response:
         page = page_of(request.args)
-        return json_response(await ctx.db.read(run_view, run_id, page))
+        return await cached_json_response(
+            parts.answers, lambda: ctx.db.read(run_view, run_id, page)
+        )
 
     async def get_round(run_id: str, w: int) -> Response:
-        return json_response(await service.round_view(run_id, w, page_of(request.args)))
+        page = page_of(request.args)
+        return await cached_json_response(
+            parts.answers, lambda: service.round_view(run_id, w, page)
+        )
 
     async def get_auditor_stats(run_id: str) -> Response:
         clock = EpochClock.of(ctx.settings, ctx.chain)
