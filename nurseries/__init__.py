@@ -29,9 +29,11 @@ from nurseries._serve import (
     DEFAULT_GRACEFUL_TIMEOUT,
     DEFAULT_LIFESPAN_TIMEOUT,
     DEFAULT_UNREAD_BODY_LIMIT,
+    SERVING_GC_THRESHOLDS,
     ASGIApp,
     make_config,
     serve_asgi,
+    tune_collector_for_serving,
 )
 from nurseries._signals import (
     DEFAULT_SHUTDOWN_SIGNALS,
@@ -53,6 +55,7 @@ from nurseries._waiter import (
     KeyedWaiter,
     KeyedWaiterStatistics,
     Notified,
+    Parked,
     Stopping,
     TimedOut,
     WaitResult,
@@ -68,6 +71,7 @@ __all__ = [
     "DEFAULT_UNREAD_BODY_LIMIT",
     "LIFELINE_ENV",
     "REAP_TIMEOUT",
+    "SERVING_GC_THRESHOLDS",
     "ASGIApp",
     "Backoff",
     "FixedClock",
@@ -77,6 +81,7 @@ __all__ = [
     "Lifeline",
     "Limits",
     "Notified",
+    "Parked",
     "Periodic",
     "ProcessResult",
     "RestartMode",
@@ -112,5 +117,6 @@ __all__ = [
     "run_until_shutdown",
     "serve_asgi",
     "supervise",
+    "tune_collector_for_serving",
     "wait_lifeline_cut",
 ]

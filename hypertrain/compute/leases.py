@@ -19,11 +19,22 @@ Promises of :func:`lease`:
   returned only here and stored hashed, and ``deadline_ms = now + kill_after_ms +
   lease_grace_ms``; a result counts up to and including that millisecond. Nothing eligible:
   ``None`` and no event. The ``lease`` event names the job, never the node.
+
+Promises of :func:`hand_out` (copies a transaction just made leasable, handed to held polls in
+that same transaction): the asks (:class:`LeaseAsk`, the held polls' nodes and profiles) are
+served in their order (the longest waiting first), each with exactly what :func:`lease` would
+give it now, until ``copies`` grants were made or every ask was tried. An ask that gets nothing
+(or whose node is disabled by now) gets nothing and changes nothing; the other asks of the same
+node and profile are then skipped (they would get nothing either), so a copy nobody waiting may
+take costs one lease query per waiting node, not per poll.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
+
+import attrs
 
 from hypertrain.compute.keys import mint_lease_token, secret_hash
 from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event, Node, iso_ms
@@ -38,7 +49,7 @@ from hypertrain.compute.wire import LeaseGrant
 from hypertrain.protocol.errors import Forbidden
 from hypertrain.scoring.registry import REGISTRY, Challenge, get_challenge
 
-__all__ = ["eligible_challenges", "lease"]
+__all__ = ["LeaseAsk", "eligible_challenges", "hand_out", "lease"]
 
 
 def eligible_challenges(capabilities: tuple[str, ...], hardware: str) -> list[Challenge]:
@@ -116,3 +127,50 @@ def lease(
         deadline_ms=deadline,
     )
     return grant, [("lease", {"job": job_id, "challenge": challenge.id, "trace": job.step})]
+
+
+@attrs.frozen
+class LeaseAsk:
+    """What one held lease poll asks for: its node and the profile its request sent."""
+
+    node: Node
+    capabilities: object
+    hardware: object
+
+
+def hand_out(
+    conn: sqlite3.Connection,
+    asks: Sequence[LeaseAsk],
+    copies: int,
+    *,
+    now_ms: int,
+    settings: ComputeSettings = DEFAULT_SETTINGS,
+) -> tuple[list[tuple[int, LeaseGrant]], list[Event]]:
+    """Grant up to ``copies`` copies to ``asks`` in order (module doc): ``([(index of the
+    ask, its grant)], events)``."""
+    grants: list[tuple[int, LeaseGrant]] = []
+    events: list[Event] = []
+    barren: set[tuple[str, str]] = set()
+    for index, ask in enumerate(asks):
+        if len(grants) >= copies:
+            break
+        profile = (ask.node.node_id, repr((ask.capabilities, ask.hardware)))
+        if profile in barren:
+            continue
+        try:
+            grant, more = lease(
+                conn,
+                ask.node,
+                capabilities=ask.capabilities,
+                hardware=ask.hardware,
+                now_ms=now_ms,
+                settings=settings,
+            )
+        except Forbidden:  # disabled since it asked (raised before any change)
+            grant, more = None, []
+        if grant is None:
+            barren.add(profile)
+            continue
+        grants.append((index, grant))
+        events += more
+    return grants, events

@@ -595,3 +595,99 @@ async def test_a_malformed_benchmark_body_is_400_naming_the_field(
         assert response.status_code == 400, (field, response.text)
         assert field in response.json()["detail"]
     assert nothing.status_code == 409  # well formed: no run is running here
+
+
+async def _enqueue_through_hub(handle: DaemonHandle, label: str, inputs: list[Any]) -> str:
+    """A delta-loss step enqueued as the daemon's own producers do (``ComputeHub.write``)."""
+    ctx = handle.ctx
+    job_id, _ = await ctx.compute.write(
+        partial(
+            enqueue_step,
+            challenge_id=DELTA_LOSS.id,
+            subject={"label": label},
+            step="public",
+            inputs=inputs,
+            now_ms=int(ctx.wall.now() * 1000),
+            wait_ms=ctx.compute.settings.wait_ms,
+            settings=ctx.compute.settings,
+        )
+    )
+    return job_id
+
+
+async def _stand_in_inputs(handle: DaemonHandle, label: str) -> list[Any]:
+    files = []
+    for name in DELTA_LOSS.inputs:
+        info = await handle.ctx.objects.put_bytes(f"{label}:{name}".encode())
+        files.append({"name": name, "sha256": info.sha256, "size": info.size})
+    return files
+
+
+def _queued_copies(conn: Any, job_id: str) -> list[str]:
+    rows = conn.execute(
+        "SELECT copy_id FROM compute_copies WHERE job_id = ? AND state = 'queued'", (job_id,)
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+async def test_a_new_step_is_handed_to_the_two_longest_held_polls_in_its_own_transaction(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Issue 17 goal 4: the enqueue transaction itself leases the step's two copies to the two
+    polls that have waited longest; they only answer their grants (no lease transaction of
+    their own: no snapshot ever shows the copies queued) and the other eight stay held."""
+    async with _daemon(tmp_path, Fallbacks()) as (handle, client):
+        nodes = [await _node(client) for _ in range(10)]
+        files = await _stand_in_inputs(handle, "x")
+        answered: dict[int, tuple[float, Any]] = {}
+        async with trio.open_nursery() as nursery:
+
+            async def poll(i: int) -> None:
+                response = await _lease(client, nodes[i])
+                answered[i] = (trio.current_time(), response.json()["job"])
+
+            start = trio.current_time()
+            for i in range(10):
+                nursery.start_soon(poll, i)
+                await trio.sleep(0.5)  # poll 0 waits longest
+            writes = handle.ctx.db.statistics().writes
+            job_id = await _enqueue_through_hub(handle, "x", files)
+            assert handle.ctx.db.statistics().writes == writes + 1
+            assert handle.ctx.compute.waiter.waiting(WORK) == 8
+            enqueued = trio.current_time()
+            assert await handle.ctx.db.read(_queued_copies, job_id) == []
+    for i in (0, 1):
+        at, job = answered[i]
+        assert (at, job["job"]) == (enqueued, job_id)
+    assert {answered[0][1]["id"], answered[1][1]["id"]} == {f"{job_id}.1", f"{job_id}.2"}
+    for i in range(2, 10):
+        assert answered[i] == (pytest.approx(start + 0.5 * i + 25.0), None), (i, answered[i])
+
+
+async def test_a_step_queued_while_a_poll_is_on_its_way_to_wait_still_reaches_it(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """No poll parks after a new copy went out: whatever step of its lease an enqueue lands
+    on (k scheduler steps after the polls start, for every k up to long after they parked),
+    both polls answer the step's copies at that same instant."""
+    async with _daemon(tmp_path, Fallbacks()) as (handle, client):
+        for k in range(24):
+            a, b = await _node(client), await _node(client)
+            files = await _stand_in_inputs(handle, f"k{k}")
+            answered: list[tuple[float, Any]] = []
+
+            async def poll(node: Mapping[str, Any], answered: list[Any] = answered) -> None:
+                response = await _lease(client, node)
+                answered.append((trio.current_time(), response.json()["job"]))
+
+            async def enqueue_after(steps: int, label: str, files: list[Any] = files) -> None:
+                for _ in range(steps):
+                    await trio.lowlevel.checkpoint()
+                await _enqueue_through_hub(handle, label, files)
+
+            start = trio.current_time()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(poll, a)
+                nursery.start_soon(poll, b)
+                nursery.start_soon(enqueue_after, k, f"k{k}")
+            assert [(at, job is not None) for at, job in answered] == [(start, True)] * 2, k

@@ -13,8 +13,9 @@ unleased goes to the fallback pool). Then it sleeps until the book's next deadli
 rebuilds every timer from the stored deadlines rather than resetting them), woken early on
 :data:`~hypertrain.coordinator.computehub.TIMERS` when a published event may have set an
 earlier one (:meth:`~hypertrain.coordinator.computehub.ComputeHub.publish`: a lease, a newly
-queued copy), and at most :data:`IDLE_WAIT` seconds. Its own events go through the same
-``publish``: a replaced copy wakes the lease polls, a step sent to the fallback the pool.
+queued copy), and at most :data:`IDLE_WAIT` seconds. Its transactions run through
+:meth:`~hypertrain.coordinator.computehub.ComputeHub.write`: a replaced copy is handed to a held
+lease poll in the same transaction, a step sent to the fallback wakes the pool.
 Deadlines are wall-clock milliseconds; the sleep is converted to the Trio clock at each pass.
 """
 
@@ -57,9 +58,8 @@ class LeaseReaper:
         """One pass: expire what is due, send ended windows to the fallback."""
         hub = self.ctx.compute
         now = self._now_ms()
-        expired = await self.ctx.db.write(partial(expire_due, settings=hub.settings), now)
-        ended = await self.ctx.db.write(fallback_due, now)
-        hub.publish([*expired, *ended])
+        await hub.write(partial(expire_due, settings=hub.settings), now)
+        await hub.write(fallback_due, now)
         for event in await self.ctx.db.write(expire_leases):
             log.info("audit job %s: lease expired, requeued", event["job_id"])
             self.ctx.events.publish("audit", event)

@@ -63,6 +63,8 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from hypertrain.compute import (
+    LeaseAsk,
+    LeaseGrant,
     Node,
     authenticate,
     enqueue_step,
@@ -83,7 +85,6 @@ from hypertrain.compute.wire import (
     LeaseRequest,
     RegisterRequest,
 )
-from hypertrain.coordinator.computehub import WORK
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.flows.compute import (
     benchmark_target,
@@ -203,8 +204,12 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                     return json_response(unstructure(LeaseAnswer(grant)))
                 hub.hand_on(hops)
                 hops = 0
-                woken = await hub.waiter.wait(WORK, deadline=deadline)
+                # Parked with no checkpoint since the lease transaction committed: a copy
+                # queued after it is handed to this poll (ComputeHub.write) or wakes it.
+                woken = await hub.hold(LeaseAsk(node, req.capabilities, req.hardware), deadline)
                 if isinstance(woken, Notified):
+                    if isinstance(woken.value, LeaseGrant):  # handed to it: leased already
+                        return json_response(unstructure(LeaseAnswer(woken.value)))
                     hops = woken.value  # before any checkpoint: a cancel hands it on
                 if isinstance(woken, Stopping) or ctx.stopping.is_set():
                     return stopping_response()
@@ -232,10 +237,9 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     async def post_result(copy_id: str) -> Response:
         key = key_of_request()
         body = await read_body(BODY_LIMIT)
-        code, answer, events = await ctx.db.write(
+        code, answer, _ = await hub.write(
             partial(receive_result, settings=hub.settings), key, copy_id, body, _now_ms(ctx)
         )
-        hub.publish(events)
         return json_response(unstructure(answer), code)
 
     inputs = parts.inputs
@@ -255,7 +259,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             {"name": name, "sha256": sha, "size": size}
             for name, (sha, size) in zip(STEP_THROUGHPUT.inputs, (model, state, trace), strict=True)
         ]
-        job_id, events = await ctx.db.write(
+        job_id, _ = await hub.write(
             partial(
                 enqueue_step,
                 challenge_id=STEP_THROUGHPUT.id,
@@ -267,7 +271,6 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 settings=hub.settings,
             )
         )
-        hub.publish(events)
         return json_response({"job": job_id, "run_id": run_id, "w": w})
 
     async def get_job_view(job_id: str) -> Response:
