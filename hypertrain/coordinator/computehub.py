@@ -46,7 +46,7 @@ from hypertrain.compute.model import ComputeSettings, Event, EventKind
 from hypertrain.coordinator.events import EventHub
 from hypertrain.coordinator.settings import CoordinatorSettings
 from hypertrain.store import Database
-from nurseries import KeyedWaiter, Parked, WaitResult, WallClock
+from nurseries import KeyedWaiter, Parked, SystemClock, WaitResult, WallClock
 
 __all__ = [
     "FALLBACK",
@@ -103,8 +103,9 @@ class ComputeHub:
 
     settings: ComputeSettings
     events: EventHub
-    db: Database
-    wall: WallClock
+    db: Database | None = attrs.field(default=None, kw_only=True)
+    """The book's database (:meth:`write`; a hub without one only publishes)."""
+    wall: WallClock = attrs.field(factory=SystemClock, kw_only=True)
     waiter: KeyedWaiter[str, Wake] = attrs.field(factory=KeyedWaiter)
     """Keyed by :data:`WORK`, :data:`TIMERS`, :data:`FALLBACK`; a :data:`WORK` wake's value is
     a :data:`Wake` (module doc), the others' 0."""
@@ -116,8 +117,8 @@ class ComputeHub:
         return cls(
             ComputeSettings(credit=settings.compute_credit, wait_ms=settings.compute_wait_ms),
             events,
-            db,
-            wall,
+            db=db,
+            wall=wall,
         )
 
     async def write(self, fn: Callable[[sqlite3.Connection, *Ts], Booked], *args: *Ts) -> Booked:
@@ -137,6 +138,8 @@ class ComputeHub:
             now_ms = int(self.wall.now() * 1000)
             return result, hand_out(conn, asks, copies, now_ms=now_ms, settings=self.settings)
 
+        if self.db is None:
+            raise RuntimeError("ComputeHub.write needs the book's database (from_settings)")
         result, (grants, granted) = await self.db.write(booked, *args)
         # No checkpoint since the transaction: every poll in ``held`` is still parked.
         self._publish([*_events_of(result), *granted], work=False)
