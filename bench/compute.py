@@ -11,7 +11,12 @@ worker, same backlog). The step window (``HYPERTRAIN_COMPUTE_WAIT_MS``) is one h
 fallback never takes a step during the run. Load comes from a separate process (this script
 with ``--load``, pinned to the other CPUs) speaking raw-socket HTTP/1.1 keep-alive.
 
-Rows:
+Rows (``hello POST`` and ``lease -> result`` are measured in ``--slices`` alternating slices,
+so that the machine's load, which other work changes, weighs on both alike):
+
+Each of the two also prints the server process's CPU time per request (its whole process time
+over the row's slices, warm-up included, over the requests sent): on a machine busy with other
+work the ratio of these is steadier than the ratio of the rates.
 
 - ``hello POST``: the floor of the stack, ``--nodes`` connections each posting a lease-sized
   JSON body and waiting for the answer before the next one (requests/s).
@@ -47,7 +52,7 @@ The server process sets its garbage collector up as ``hypertrain-daemon`` does o
 A connection that fails (a reset, a close) is counted as an error and replaced; it never ends
 the run.
 
-    .venv/bin/python bench/compute.py [--seconds 4] [--nodes 32] [--jobs 1000]
+    .venv/bin/python bench/compute.py [--seconds 4] [--slices 4] [--nodes 32] [--jobs 1000]
         [--hold-ms 5000] [--polls 500,1000,2000,4000] [--poll-keys 50] [--burst 1000]
 
 The default run takes about 75 s.
@@ -169,6 +174,7 @@ async def _hello_loop(spec: dict[str, Any], counts: dict[str, Any], stop: list[f
     async with conn.stream:
         while time.perf_counter() < stop[0]:
             status, _ = await conn.post("/", LEASE_BODY)
+            counts["requests"] += 1
             if time.perf_counter() >= stop[1]:
                 counts["ok" if status == 200 else "errors"] += 1
 
@@ -181,6 +187,7 @@ async def _cycle_loop(
     async with conn.stream:
         while time.perf_counter() < stop[0]:
             status, raw = await conn.post("/v1/compute/jobs/lease", lease_body, key)
+            counts["requests"] += 1
             job = json.loads(raw).get("job") if status == 200 else None
             if job is None:
                 counts["empty" if status == 200 else "errors"] += 1
@@ -189,6 +196,7 @@ async def _cycle_loop(
                 continue
             result = {"lease": job["lease"], "ok": True, "result": ANSWER}
             status, raw = await conn.post(f"/v1/compute/jobs/{job['id']}/result", result, key)
+            counts["requests"] += 1
             answer = json.loads(raw)
             good = status == 200 and answer.get("status") == "counted"
             if time.perf_counter() >= stop[1]:
@@ -199,7 +207,14 @@ async def _cycle_loop(
 
 
 async def _timed(spec: dict[str, Any], loops: list[Any]) -> dict[str, Any]:
-    counts: dict[str, Any] = {"ok": 0, "errors": 0, "empty": 0, "settled": 0, "stuck": 0}
+    counts: dict[str, Any] = {
+        "ok": 0,
+        "errors": 0,
+        "empty": 0,
+        "settled": 0,
+        "stuck": 0,
+        "requests": 0,
+    }
     begin = time.perf_counter()
     stop = [begin + spec["warmup"] + spec["seconds"], begin + spec["warmup"]]
 
@@ -414,6 +429,40 @@ def _notes(result: dict[str, Any]) -> None:
         print(f"    note: {count} x {what}")
 
 
+def _merge(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row's counts over its slices; the rate over their measured seconds together."""
+    merged: dict[str, Any] = {"notes": {}}
+    for r in results:
+        for name, value in r.items():
+            if name == "notes":
+                for what, n in value.items():
+                    merged["notes"][what] = merged["notes"].get(what, 0) + n
+            elif name != "rate":
+                merged[name] = merged.get(name, 0) + value
+    merged["rate"] = merged["ok"] / merged["seconds"] if merged.get("seconds") else 0.0
+    return merged
+
+
+async def _alternate(args: argparse.Namespace, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of ``specs`` measured in ``--slices`` alternating slices of ``--seconds`` in
+    all each, so that a change in the machine's load hits every row alike."""
+    seconds = args.seconds / args.slices
+    timed = {"warmup": WARMUP, "seconds": seconds}
+    limit = WARMUP + seconds + LOAD_TIMEOUT_MARGIN
+    slices: list[list[dict[str, Any]]] = [[] for _ in specs]
+    for _ in range(args.slices):
+        for spec, done in zip(specs, slices, strict=True):
+            cpu = time.process_time()
+            result = await _measure({**spec, **timed}, limit)
+            done.append({**result, "cpu": time.process_time() - cpu})
+    return [_merge(done) for done in slices]
+
+
+def _cpu_us(row: dict[str, Any]) -> float:
+    """The server's CPU time per request of a row, in microseconds (warm-up included)."""
+    return 1e6 * row["cpu"] / max(row["requests"], 1)
+
+
 async def _ramp(args: argparse.Namespace, url: str, keys: list[str]) -> int:
     """The long-poll ramp; returns the largest level that passed (0: none)."""
     best = 0
@@ -511,23 +560,27 @@ async def serve_and_measure(args: argparse.Namespace) -> None:
                 f"server pinned to CPU 0, load on the other CPUs; {args.nodes} nodes,"
                 f" {args.seconds:g} s per row, {args.jobs} steps in the book"
             )
-            limit = WARMUP + args.seconds + LOAD_TIMEOUT_MARGIN
-            timed = {"warmup": WARMUP, "seconds": args.seconds}
-            spec = {**_address(hello_url), **timed, "mode": "hello", "connections": args.nodes}
-            hello = await _measure(spec, limit)
+            hello_spec = {**_address(hello_url), "mode": "hello", "connections": args.nodes}
+            cycles_spec = {**_address(handle.url), "mode": "cycles", "keys": keys}
+            before = handle.ctx.db.statistics()
+            hello, cycles = await _alternate(args, [hello_spec, cycles_spec])
+            after = handle.ctx.db.statistics()
+            per = max(cycles["requests"], 1)
             print(
                 f"{'hello POST':18s} {hello['rate']:9.0f} req/s"
-                f"  ({hello['ok']} ok, {hello['errors']} errors, {hello['stuck']} stuck)"
+                f"  ({hello['ok']} ok, {hello['errors']} errors, {hello['stuck']} stuck;"
+                f" server CPU {_cpu_us(hello):.0f} us/request)"
             )
             _notes(hello)
-            spec = {**_address(handle.url), **timed, "mode": "cycles", "keys": keys}
-            cycles = await _measure(spec, limit)
             left = await handle.ctx.db.read(_queued)
             print(
                 f"{'lease -> result':18s} {cycles['rate']:9.0f} cycles/s"
                 f" = {2 * cycles['rate']:.0f} req/s  ({cycles['ok']} ok, {cycles['settled']}"
                 f" steps settled, {cycles['errors']} errors, {cycles['stuck']} stuck,"
-                f" {cycles['empty']} empty leases, {left} copies still queued)"
+                f" {cycles['empty']} empty leases, {left} copies still queued;"
+                f" server CPU {_cpu_us(cycles):.0f} us/request;"
+                f" {(after.writes - before.writes) / per:.2f} write and"
+                f" {(after.reads - before.reads) / per:.2f} read transactions a request)"
             )
             _notes(cycles)
             if cycles["empty"] or left == 0:
@@ -556,6 +609,11 @@ async def serve_and_measure(args: argparse.Namespace) -> None:
                     f"ratio cycles/s / hello req/s: {ratio:.3f}"
                     f" (requests: {2 * ratio:.3f}; one cycle is two requests)"
                 )
+                print(
+                    f"ratio of server CPU per request, hello / lease path:"
+                    f" {_cpu_us(hello) / _cpu_us(cycles):.3f} (the same ratio where the server,"
+                    f" not the machine's other work, is the limit)"
+                )
             handle.request_shutdown()
             nursery.cancel_scope.cancel()
 
@@ -573,6 +631,9 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=4.0, help="measured time per row")
+    parser.add_argument(
+        "--slices", type=int, default=4, help="alternating slices the rows' time is cut in"
+    )
     parser.add_argument("--nodes", type=int, default=32, help="concurrent nodes (connections)")
     parser.add_argument("--jobs", type=int, default=1000, help="steps in the book (2 copies each)")
     parser.add_argument("--hold-ms", type=int, default=5000, help="wait_ms of each long poll")

@@ -22,7 +22,10 @@ caller of a book transaction hands it the events the transaction returned, and i
      times. Either way a new step wakes two polls, not every node's;
    - the lease reaper waits on :data:`TIMERS` for the earliest deadline: woken when a new one
      may be earlier: a lease granted (``lease``) and every newly queued copy above (its step's
-     wait window);
+     wait window). :meth:`ComputeHub.write` wakes it only when the book's next deadline
+     (:func:`~hypertrain.compute.next_deadline_ms`, read in the transaction) is earlier than
+     the wake-up the reaper planned (:attr:`ComputeHub.timers_plan_ms`): a lease whose
+     deadline lies beyond it costs no reaper pass;
    - the fallback pool waits on :data:`FALLBACK`: woken when a step went to the trusted
      evaluator (``fallback``).
 
@@ -41,7 +44,7 @@ from typing import Any, Final, TypeVar, TypeVarTuple
 
 import attrs
 
-from hypertrain.compute import LeaseAsk, LeaseGrant, hand_out
+from hypertrain.compute import LeaseAsk, LeaseGrant, hand_out, next_deadline_ms
 from hypertrain.compute.model import ComputeSettings, Event, EventKind
 from hypertrain.coordinator.events import EventHub
 from hypertrain.coordinator.settings import CoordinatorSettings
@@ -71,6 +74,7 @@ without the hub) the hops it has left to run its own lease (module doc)."""
 Booked = TypeVar("Booked", bound="list[Event] | tuple[Any, ...]")
 """What a book transaction returns: its events, or a tuple whose last item is its events."""
 Ts = TypeVarTuple("Ts")
+_Handed = tuple[list[tuple[int, LeaseGrant]], list[Event]]
 
 _NEW_COPY: Final = frozenset({WORK, TIMERS})
 _NOBODY: Final[frozenset[str]] = frozenset()
@@ -106,6 +110,8 @@ class ComputeHub:
     db: Database | None = attrs.field(default=None, kw_only=True)
     """The book's database (:meth:`write`; a hub without one only publishes)."""
     wall: WallClock = attrs.field(factory=SystemClock, kw_only=True)
+    timers_plan_ms: int | None = attrs.field(default=None, kw_only=True)
+    """The wall ms the reaper sleeps toward (set just before it parks); None: not known."""
     waiter: KeyedWaiter[str, Wake] = attrs.field(factory=KeyedWaiter)
     """Keyed by :data:`WORK`, :data:`TIMERS`, :data:`FALLBACK`; a :data:`WORK` wake's value is
     a :data:`Wake` (module doc), the others' 0."""
@@ -127,31 +133,38 @@ class ComputeHub:
         wake each granted poll with its grant (module doc). Returns what ``fn`` returned."""
         held: list[Parked[Wake]] = []
 
-        def booked(conn: sqlite3.Connection, *args: *Ts) -> tuple[Booked, Any]:
+        def booked(conn: sqlite3.Connection, *args: *Ts) -> tuple[Booked, _Handed, bool]:
             result = fn(conn, *args)
-            copies = sum(new_copies(kind, payload) for kind, payload in _events_of(result))
+            events = _events_of(result)
+            copies = sum(new_copies(kind, payload) for kind, payload in events)
             if copies:
                 held.extend(p for p in self.waiter.parked(WORK) if isinstance(p.tag, LeaseAsk))
-            if not held:
-                return result, ([], [])
-            asks = [p.tag for p in held if isinstance(p.tag, LeaseAsk)]
-            now_ms = int(self.wall.now() * 1000)
-            return result, hand_out(conn, asks, copies, now_ms=now_ms, settings=self.settings)
+            handed: _Handed = ([], [])
+            if held:
+                asks = [p.tag for p in held if isinstance(p.tag, LeaseAsk)]
+                now_ms = int(self.wall.now() * 1000)
+                handed = hand_out(conn, asks, copies, now_ms=now_ms, settings=self.settings)
+            timers = any(TIMERS in waiters_of(k, p) for k, p in [*events, *handed[1]])
+            return result, handed, timers and self._earlier_than_planned(next_deadline_ms(conn))
 
         if self.db is None:
             raise RuntimeError("ComputeHub.write needs the book's database (from_settings)")
-        result, (grants, granted) = await self.db.write(booked, *args)
+        result, (grants, granted), timers = await self.db.write(booked, *args)
         # No checkpoint since the transaction: every poll in ``held`` is still parked.
-        self._publish([*_events_of(result), *granted], work=False)
+        self._publish([*_events_of(result), *granted], work=False, timers=timers)
         for index, grant in grants:
             self.waiter.notify_parked(WORK, held[index], grant)
         return result
 
+    def _earlier_than_planned(self, due_ms: int | None) -> bool:
+        plan = self.timers_plan_ms
+        return plan is None or (due_ms is not None and due_ms < plan)
+
     def publish(self, events: Iterable[Event]) -> None:
         """Publish the book's events and wake the waiters they concern (module doc)."""
-        self._publish(events, work=True)
+        self._publish(events, work=True, timers=True)
 
-    def _publish(self, events: Iterable[Event], *, work: bool) -> None:
+    def _publish(self, events: Iterable[Event], *, work: bool, timers: bool) -> None:
         wake: set[str] = set()
         copies = 0
         for kind, payload in events:
@@ -162,6 +175,9 @@ class ComputeHub:
             if key == WORK:
                 if work:
                     self.waiter.notify(WORK, self.waiter.waiting(WORK), limit=copies)
+            elif key == TIMERS:
+                if timers:
+                    self.waiter.notify(TIMERS, 0)
             else:
                 self.waiter.notify(key, 0)
 

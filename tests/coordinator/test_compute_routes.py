@@ -691,3 +691,90 @@ async def test_a_step_queued_while_a_poll_is_on_its_way_to_wait_still_reaches_it
                 nursery.start_soon(poll, b)
                 nursery.start_soon(enqueue_after, k, f"k{k}")
             assert [(at, job is not None) for at, job in answered] == [(start, True)] * 2, k
+
+
+async def _asgi(
+    app: Any, path: str, body: bytes, headers: list[tuple[bytes, bytes]], leave_at: float | None
+) -> list[dict[str, Any]]:
+    """One request straight to the app; the client disconnects at Trio time ``leave_at``."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"coord"), *headers],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop()
+        if leave_at is None:
+            await trio.sleep_forever()
+        await trio.sleep_until(leave_at)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return sent
+
+
+async def test_a_held_poll_whose_client_leaves_stops_waiting_at_once(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The lease path is plain ASGI (issue 17 goal 3): like Quart's routes, a poll ends when its
+    client disconnects, unanswered, and holds no slot after."""
+    async with _daemon(tmp_path, Fallbacks()) as (handle, client):
+        node = await _node(client)
+        body = json.dumps({"capabilities": ["delta-loss"], "hardware": "cpu"}).encode()
+        auth = [(b"authorization", f"Bearer {node['key']}".encode())]
+        start = trio.current_time()
+        sent = await _asgi(handle.app, "/v1/compute/jobs/lease", body, auth, start + 3.0)
+        assert (sent, trio.current_time() - start) == ([], 3.0)
+        assert handle.ctx.compute.waiter.waiting(WORK) == 0
+
+
+async def test_the_lease_path_keeps_the_bounds_and_answers_of_the_routes(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Before the body: no key, a malformed or an unknown one is 401 (the body is never read);
+    a declared body over 64 KiB is 413; headers over 16 KiB are 431; other methods are Quart's
+    405; errors are ``{"detail"}`` with the status of their class."""
+    async with _daemon(tmp_path, Fallbacks()) as (_handle, client):
+        node = await _node(client)
+        lease = "/v1/compute/jobs/lease"
+        huge = {"Content-Length": "70000"}
+        unknown = {"Authorization": "Bearer ht_" + "A" * 32}
+        answers = [
+            await client.post(lease, json={}),
+            await client.post(lease, content=b"x", headers={"Authorization": "Bearer ht_x"}),
+            await client.post(lease, content=b"x" * 70000, headers={**unknown, **huge}),
+            await client.post(lease, content=b"x" * 70000, headers={**_auth(node), **huge}),
+            await client.post(lease, content=b"{", headers=_auth(node)),
+            await client.post(lease, json={}, headers={**_auth(node), "X-Big": "y" * 17000}),
+            await client.get(lease, headers=_auth(node)),
+            await client.post("/v1/compute/jobs/nope/result", json={}),
+            await client.post("/v1/compute/jobs/nope/result", json={}, headers=_auth(node)),
+        ]
+    assert [(a.status_code, a.json()["detail"]) for a in answers] == [
+        (401, "a node key is required: Authorization: Bearer ht_..."),
+        (401, "malformed node key"),
+        (401, "unknown node key"),
+        (413, "request body over the limit of 65536 bytes (got 70000 bytes)"),
+        (400, answers[4].json()["detail"]),
+        (431, "request headers over the limit of 16384 bytes"),
+        (405, f"method GET not allowed on {lease}"),
+        (401, "a node key is required: Authorization: Bearer ht_..."),
+        (404, "no compute job copy nope"),
+    ]
+    assert answers[4].json()["detail"].startswith("JSON: ")
