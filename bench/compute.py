@@ -11,7 +11,12 @@ worker, same backlog). The step window (``HYPERTRAIN_COMPUTE_WAIT_MS``) is one h
 fallback never takes a step during the run. Load comes from a separate process (this script
 with ``--load``, pinned to the other CPUs) speaking raw-socket HTTP/1.1 keep-alive.
 
-Rows:
+Rows (``hello POST`` and ``lease -> result`` are measured in ``--slices`` alternating slices,
+so that the machine's load, which other work changes, weighs on both alike):
+
+Each of the two also prints the server process's CPU time per request (its whole process time
+over the row's slices, warm-up included, over the requests sent): on a machine busy with other
+work the ratio of these is steadier than the ratio of the rates.
 
 - ``hello POST``: the floor of the stack, ``--nodes`` connections each posting a lease-sized
   JSON body and waiting for the answer before the next one (requests/s).
@@ -34,15 +39,22 @@ Rows:
   were surely held by the server at one instant (a poll sent at ``s`` and answered at ``a``
   was held throughout ``[a - hold, s + hold]``). The last level that passed is the figure;
   ``>=`` when the top level passed too.
-- ``burst`` (issue 17 goal 4): for each ``--burst`` level N, N polls (``wait_ms`` 20 s, the
-  ``--poll-keys`` keys round robin) are held, then N copies (N/2 steps) are queued in one
-  transaction; printed: how many polls got a copy, and the time from that transaction to each
-  answer (p50, p99, max). Goal: p99 under 1 s at 1,000 and under 2 s at 10,000.
+- ``burst`` (issue 17 goal 4): for each ``--burst`` level N, N connections poll (``wait_ms``
+  25 s, the ``--poll-keys`` keys round robin; a poll answered ``{"job": null}`` polls again on
+  its connection, as a node does, until it gets a copy) and are held (the row waits until the
+  daemon holds 99% of N, at most a minute, and prints how many it held), then N copies (N/2
+  steps) are queued in one
+  transaction, which hands them to the held polls; printed: how many polls got a copy, and the
+  time from that transaction to each answer (p50, p99, max). Goal: p99 under 1 s at 1,000 and
+  under 2 s at 10,000.
+
+The server process sets its garbage collector up as ``hypertrain-daemon`` does once it is up
+(``nurseries.tune_collector_for_serving``).
 
 A connection that fails (a reset, a close) is counted as an error and replaced; it never ends
 the run.
 
-    .venv/bin/python bench/compute.py [--seconds 4] [--nodes 32] [--jobs 1000]
+    .venv/bin/python bench/compute.py [--seconds 4] [--slices 4] [--nodes 32] [--jobs 1000]
         [--hold-ms 5000] [--polls 500,1000,2000,4000] [--poll-keys 50] [--burst 1000]
 
 The default run takes about 75 s.
@@ -71,12 +83,13 @@ import trio
 from _hello import hello_app
 
 from hypertrain.compute import Event, enqueue_step
+from hypertrain.coordinator.computehub import WORK
 from hypertrain.coordinator.settings import CoordinatorSettings
 from hypertrain.daemon.main import DaemonHandle, serve_daemon
 from hypertrain.daemon.settings import DaemonSettings
 from hypertrain.protocol.keys import Keypair, write_seed_file
 from hypertrain.scoring.registry import DELTA_LOSS
-from nurseries import SystemClock, serve_asgi
+from nurseries import SystemClock, serve_asgi, tune_collector_for_serving
 
 WARMUP: Final = 0.5
 SETUP_TIMEOUT: Final = 60.0
@@ -92,10 +105,10 @@ ANSWER: Final = {"loss": "40a00000", "fingerprint": "ab" * 32, "wallMs": 12}
 
 # -- the load generator (a separate process) ---------------------------------------------------
 
-BURST_HOLD_MS: Final = 20_000
+BURST_HOLD_MS: Final = 25_000
 """wait_ms of the burst's polls: they are all held when the copies come."""
-BURST_AFTER_S: Final = 8.0
-"""Seconds after the burst's polls start that their copies are queued."""
+BURST_HELD_TIMEOUT: Final = 60.0
+"""Seconds the burst waits for all its polls to be held before it queues their copies."""
 RECONNECT_PAUSE: Final = 0.05
 """Seconds before a failed connection's replacement (no hot loop on a refusing server)."""
 CONNECTION_FAILURES: Final = (
@@ -163,6 +176,7 @@ async def _hello_loop(spec: dict[str, Any], counts: dict[str, Any], stop: list[f
     async with conn.stream:
         while time.perf_counter() < stop[0]:
             status, _ = await conn.post("/", LEASE_BODY)
+            counts["requests"] += 1
             if time.perf_counter() >= stop[1]:
                 counts["ok" if status == 200 else "errors"] += 1
 
@@ -175,6 +189,7 @@ async def _cycle_loop(
     async with conn.stream:
         while time.perf_counter() < stop[0]:
             status, raw = await conn.post("/v1/compute/jobs/lease", lease_body, key)
+            counts["requests"] += 1
             job = json.loads(raw).get("job") if status == 200 else None
             if job is None:
                 counts["empty" if status == 200 else "errors"] += 1
@@ -183,6 +198,7 @@ async def _cycle_loop(
                 continue
             result = {"lease": job["lease"], "ok": True, "result": ANSWER}
             status, raw = await conn.post(f"/v1/compute/jobs/{job['id']}/result", result, key)
+            counts["requests"] += 1
             answer = json.loads(raw)
             good = status == 200 and answer.get("status") == "counted"
             if time.perf_counter() >= stop[1]:
@@ -193,7 +209,14 @@ async def _cycle_loop(
 
 
 async def _timed(spec: dict[str, Any], loops: list[Any]) -> dict[str, Any]:
-    counts: dict[str, Any] = {"ok": 0, "errors": 0, "empty": 0, "settled": 0, "stuck": 0}
+    counts: dict[str, Any] = {
+        "ok": 0,
+        "errors": 0,
+        "empty": 0,
+        "settled": 0,
+        "stuck": 0,
+        "requests": 0,
+    }
     begin = time.perf_counter()
     stop = [begin + spec["warmup"] + spec["seconds"], begin + spec["warmup"]]
 
@@ -219,24 +242,31 @@ async def _timed(spec: dict[str, Any], loops: list[Any]) -> dict[str, Any]:
 
 
 async def _one_poll(spec: dict[str, Any], key: str, polls: list[dict[str, Any]]) -> None:
+    """One connection's poll; with ``repoll_s`` it polls again on the same connection after
+    each ``{"job": null}`` for that long (a node waiting for work does so), until a copy."""
     hold = spec["wait_ms"] / 1000
+    repoll_s = spec.get("repoll_s", 0.0)
     outcome: dict[str, Any] = {"status": 0, "job_null": False}
-    with trio.move_on_after(CONNECT_TIMEOUT + hold + spec["late_s"]) as scope:
+    with trio.move_on_after(CONNECT_TIMEOUT + repoll_s + hold + spec["late_s"]) as scope:
         try:
             conn = await _connect(spec)
+            until = time.perf_counter() + repoll_s
             async with conn.stream:
-                sent = time.perf_counter()
-                body = {**LEASE_BODY, "wait_ms": spec["wait_ms"]}
-                status, raw = await conn.post("/v1/compute/jobs/lease", body, key)
-                answered = time.perf_counter()
-                job = json.loads(raw).get("job") if status == 200 else None
-                outcome = {
-                    "status": status,
-                    "job_null": status == 200 and job is None,
-                    "job": job is not None,
-                    "sent": sent,
-                    "answered": answered,
-                }
+                while True:
+                    sent = time.perf_counter()
+                    body = {**LEASE_BODY, "wait_ms": spec["wait_ms"]}
+                    status, raw = await conn.post("/v1/compute/jobs/lease", body, key)
+                    answered = time.perf_counter()
+                    job = json.loads(raw).get("job") if status == 200 else None
+                    outcome = {
+                        "status": status,
+                        "job_null": status == 200 and job is None,
+                        "job": job is not None,
+                        "sent": sent,
+                        "answered": answered,
+                    }
+                    if job is not None or status != 200 or answered >= until:
+                        break
         except (*CONNECTION_FAILURES, trio.TooSlowError) as e:
             outcome["error"] = f"{type(e).__name__}: {e}"[:120]
     if scope.cancelled_caught:
@@ -373,7 +403,7 @@ async def _fill_book(handle: DaemonHandle, jobs: int) -> None:
             events += queued
         return events
 
-    ctx.compute.publish(await ctx.db.write(fill))
+    await ctx.compute.write(fill)  # hands the new copies to held polls in the same transaction
 
 
 def _queued(conn: sqlite3.Connection) -> int:
@@ -406,6 +436,40 @@ def _address(url: str) -> dict[str, Any]:
 def _notes(result: dict[str, Any]) -> None:
     for what, count in sorted(result.get("notes", {}).items()):
         print(f"    note: {count} x {what}")
+
+
+def _merge(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row's counts over its slices; the rate over their measured seconds together."""
+    merged: dict[str, Any] = {"notes": {}}
+    for r in results:
+        for name, value in r.items():
+            if name == "notes":
+                for what, n in value.items():
+                    merged["notes"][what] = merged["notes"].get(what, 0) + n
+            elif name != "rate":
+                merged[name] = merged.get(name, 0) + value
+    merged["rate"] = merged["ok"] / merged["seconds"] if merged.get("seconds") else 0.0
+    return merged
+
+
+async def _alternate(args: argparse.Namespace, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of ``specs`` measured in ``--slices`` alternating slices of ``--seconds`` in
+    all each, so that a change in the machine's load hits every row alike."""
+    seconds = args.seconds / args.slices
+    timed = {"warmup": WARMUP, "seconds": seconds}
+    limit = WARMUP + seconds + LOAD_TIMEOUT_MARGIN
+    slices: list[list[dict[str, Any]]] = [[] for _ in specs]
+    for _ in range(args.slices):
+        for spec, done in zip(specs, slices, strict=True):
+            cpu = time.process_time()
+            result = await _measure({**spec, **timed}, limit)
+            done.append({**result, "cpu": time.process_time() - cpu})
+    return [_merge(done) for done in slices]
+
+
+def _cpu_us(row: dict[str, Any]) -> float:
+    """The server's CPU time per request of a row, in microseconds (warm-up included)."""
+    return 1e6 * row["cpu"] / max(row["requests"], 1)
 
 
 async def _ramp(args: argparse.Namespace, url: str, keys: list[str]) -> int:
@@ -454,12 +518,25 @@ async def _burst(args: argparse.Namespace, handle: DaemonHandle, keys: list[str]
             "wait_ms": BURST_HOLD_MS,
             "late_s": args.late_s,
             "keys": keys,
+            "repoll_s": BURST_HELD_TIMEOUT + BURST_HOLD_MS / 1000,
         }
-        limit = CONNECT_TIMEOUT + BURST_HOLD_MS / 1000 + args.late_s + LOAD_TIMEOUT_MARGIN
+        limit = (
+            CONNECT_TIMEOUT
+            + spec["repoll_s"]
+            + BURST_HOLD_MS / 1000
+            + args.late_s
+            + LOAD_TIMEOUT_MARGIN
+        )
         enqueued: list[float] = []
+        held: list[int] = []
 
-        async def enqueue_later(count: int = count, enqueued: list[float] = enqueued) -> None:
-            await trio.sleep(BURST_AFTER_S)  # every poll connected and held by then
+        async def enqueue_later(
+            count: int = count, enqueued: list[float] = enqueued, held: list[int] = held
+        ) -> None:
+            with trio.move_on_after(BURST_HELD_TIMEOUT):  # (nearly) every poll held
+                while handle.ctx.compute.waiter.waiting(WORK) < count - count // 100:  # noqa: ASYNC110
+                    await trio.sleep(0.05)  # a bench's look at a count, not an event to wait on
+            held.append(handle.ctx.compute.waiter.waiting(WORK))
             enqueued.append(time.perf_counter())
             await _fill_book(handle, count // 2)
 
@@ -468,7 +545,10 @@ async def _burst(args: argparse.Namespace, handle: DaemonHandle, keys: list[str]
             r = await _measure(spec, limit)
         waits = [t - enqueued[0] for t in r["job_answered"]]
         errors = ", ".join(f"{n} x {what}" for what, n in sorted(r["errors"].items())) or "none"
-        line = f"{'burst':18s} {count:6d} polls, {count} copies: {len(waits)} answered a copy"
+        line = (
+            f"{'burst':18s} {count:6d} polls ({held[0]} held), {count} copies:"
+            f" {len(waits)} answered a copy"
+        )
         if waits:
             line += (
                 f", enqueue -> answer p50 {_p(waits, 0.5):.3f} s p99 {_p(waits, 0.99):.3f} s"
@@ -491,27 +571,32 @@ async def serve_and_measure(args: argparse.Namespace) -> None:
                     keys = await _register(client, args.nodes)
                     poll_keys = await _register(client, args.poll_keys)
                 await _fill_book(handle, args.jobs)
+            tune_collector_for_serving()  # as hypertrain-daemon does once it is up
             print(
                 f"server pinned to CPU 0, load on the other CPUs; {args.nodes} nodes,"
                 f" {args.seconds:g} s per row, {args.jobs} steps in the book"
             )
-            limit = WARMUP + args.seconds + LOAD_TIMEOUT_MARGIN
-            timed = {"warmup": WARMUP, "seconds": args.seconds}
-            spec = {**_address(hello_url), **timed, "mode": "hello", "connections": args.nodes}
-            hello = await _measure(spec, limit)
+            hello_spec = {**_address(hello_url), "mode": "hello", "connections": args.nodes}
+            cycles_spec = {**_address(handle.url), "mode": "cycles", "keys": keys}
+            before = handle.ctx.db.statistics()
+            hello, cycles = await _alternate(args, [hello_spec, cycles_spec])
+            after = handle.ctx.db.statistics()
+            per = max(cycles["requests"], 1)
             print(
                 f"{'hello POST':18s} {hello['rate']:9.0f} req/s"
-                f"  ({hello['ok']} ok, {hello['errors']} errors, {hello['stuck']} stuck)"
+                f"  ({hello['ok']} ok, {hello['errors']} errors, {hello['stuck']} stuck;"
+                f" server CPU {_cpu_us(hello):.0f} us/request)"
             )
             _notes(hello)
-            spec = {**_address(handle.url), **timed, "mode": "cycles", "keys": keys}
-            cycles = await _measure(spec, limit)
             left = await handle.ctx.db.read(_queued)
             print(
                 f"{'lease -> result':18s} {cycles['rate']:9.0f} cycles/s"
                 f" = {2 * cycles['rate']:.0f} req/s  ({cycles['ok']} ok, {cycles['settled']}"
                 f" steps settled, {cycles['errors']} errors, {cycles['stuck']} stuck,"
-                f" {cycles['empty']} empty leases, {left} copies still queued)"
+                f" {cycles['empty']} empty leases, {left} copies still queued;"
+                f" server CPU {_cpu_us(cycles):.0f} us/request;"
+                f" {(after.writes - before.writes) / per:.2f} write and"
+                f" {(after.reads - before.reads) / per:.2f} read transactions a request)"
             )
             _notes(cycles)
             if cycles["empty"] or left == 0:
@@ -540,6 +625,11 @@ async def serve_and_measure(args: argparse.Namespace) -> None:
                     f"ratio cycles/s / hello req/s: {ratio:.3f}"
                     f" (requests: {2 * ratio:.3f}; one cycle is two requests)"
                 )
+                print(
+                    f"ratio of server CPU per request, hello / lease path:"
+                    f" {_cpu_us(hello) / _cpu_us(cycles):.3f} (the same ratio where the server,"
+                    f" not the machine's other work, is the limit)"
+                )
             handle.request_shutdown()
             nursery.cancel_scope.cancel()
 
@@ -557,6 +647,9 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=4.0, help="measured time per row")
+    parser.add_argument(
+        "--slices", type=int, default=4, help="alternating slices the rows' time is cut in"
+    )
     parser.add_argument("--nodes", type=int, default=32, help="concurrent nodes (connections)")
     parser.add_argument("--jobs", type=int, default=1000, help="steps in the book (2 copies each)")
     parser.add_argument("--hold-ms", type=int, default=5000, help="wait_ms of each long poll")

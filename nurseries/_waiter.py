@@ -12,8 +12,15 @@ moment of the call (a task that starts waiting afterwards waits for the next not
 returns how many it woke: all of them, or with ``limit=n`` the ``n`` that have waited longest
 (first come, first served: a new piece of work wakes one waiter, not a herd). `waiting` says
 how many wait on a key. If a deadline and a notify land in the same instant the notification
-wins. A waiter that is cancelled from outside raises ``trio.Cancelled`` as usual, unless it
-was notified before it ran again (whichever came first, the cancel or the notify): then it
+wins.
+
+A waiter may say what it waits for: ``wait(key, deadline=d, tag=t)``. `parked` lists a key's
+waiters (longest waiting first) with their tags, and `notify_parked` wakes one of them with its
+own value: a notifier that decides which waiter gets which piece of work hands each its piece
+(the compute hub grants queued copies to held lease polls this way).
+
+A waiter that is cancelled from outside raises ``trio.Cancelled`` as usual, unless it was
+notified before it ran again (whichever came first, the cancel or the notify): then it
 returns `Notified` and its caller's next checkpoint raises the cancel, so a caller that may be
 cancelled while it acts on a notification can pass it on itself; no notification is lost
 inside the waiter.
@@ -35,6 +42,7 @@ __all__ = [
     "KeyedWaiter",
     "KeyedWaiterStatistics",
     "Notified",
+    "Parked",
     "Stopping",
     "TimedOut",
     "WaitResult",
@@ -73,12 +81,14 @@ class KeyedWaiterStatistics:
     closed: bool
 
 
-class _Slot(Generic[V]):
-    """One parked task: its wake-up event and, once woken, why."""
+class Parked(Generic[V]):
+    """One parked task: its ``tag`` (what it said it waits for), its wake-up event and, once
+    woken, why. Only ``tag`` is for readers outside this module."""
 
-    __slots__ = ("event", "result")
+    __slots__ = ("event", "result", "tag")
 
-    def __init__(self) -> None:
+    def __init__(self, tag: object) -> None:
+        self.tag = tag
         self.event = trio.Event()
         self.result: Notified[V] | Stopping | None = None
 
@@ -91,21 +101,21 @@ class KeyedWaiter(Generic[K, V]):
     """Tasks wait on keys; `notify` wakes one key's waiters, `close` wakes all for good."""
 
     def __init__(self) -> None:
-        self._slots: dict[K, dict[_Slot[V], None]] = {}
+        self._slots: dict[K, dict[Parked[V], None]] = {}
         """Each key's waiting tasks, longest waiting first (a dict keeps insertion order)."""
         self._waiting = 0
         self._closed = False
 
-    async def wait(self, key: K, *, deadline: float) -> WaitResult[V]:
+    async def wait(self, key: K, *, deadline: float, tag: object = None) -> WaitResult[V]:
         """Wait on ``key`` until notified, until Trio time ``deadline``, or until closed.
 
-        Always a checkpoint. Returns `Stopping` at once (after the checkpoint) if already
-        closed.
+        Always a checkpoint; parked (and seen by `parked`, with ``tag``) before it yields.
+        Returns `Stopping` at once (after the checkpoint) if already closed.
         """
         if self._closed:
             await trio.lowlevel.checkpoint()
             return Stopping()
-        slot: _Slot[V] = _Slot()
+        slot: Parked[V] = Parked(tag)
         self._slots.setdefault(key, {})[slot] = None
         self._waiting += 1
         try:
@@ -151,6 +161,23 @@ class KeyedWaiter(Generic[K, V]):
             slot.wake(result)
         self._waiting -= len(woken)
         return len(woken)
+
+    def parked(self, key: K) -> list[Parked[V]]:
+        """The tasks waiting on ``key`` now, longest waiting first (read their ``tag``)."""
+        return list(self._slots.get(key, ()))
+
+    def notify_parked(self, key: K, parked: Parked[V], value: V) -> bool:
+        """Wake the one task ``parked`` (from `parked`) with `Notified(value)`; False when it
+        no longer waits on ``key`` (woken, timed out or cancelled since)."""
+        slots = self._slots.get(key)
+        if slots is None or parked not in slots:
+            return False
+        del slots[parked]
+        if not slots:
+            del self._slots[key]
+        parked.wake(Notified(value))
+        self._waiting -= 1
+        return True
 
     def waiting(self, key: K) -> int:
         """How many tasks wait on ``key`` now (and were not woken yet)."""

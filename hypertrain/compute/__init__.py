@@ -10,7 +10,7 @@ Store functions (each the body of ONE ``db.write``/``db.read`` transaction; each
 time ``now_ms`` from its caller and returns the events to publish as ``(kind, payload)``):
 :func:`register_node`, :func:`authenticate` (:mod:`.nodes`); :func:`enqueue_step`,
 :func:`job_scores`, :func:`jobs_of_subjects`, :func:`pending_fallbacks` (:mod:`.jobs`);
-:func:`lease` (:mod:`.leases`);
+:func:`lease`, :func:`hand_out` (:mod:`.leases`);
 :func:`submit_result` (:mod:`.results`); :func:`expire_due`, :func:`fallback_due`,
 :func:`next_deadline_ms` (:mod:`.timers`); :func:`settle_trusted` (:mod:`.fallback`);
 :func:`status` (:mod:`.status`). Tables: ``0008_compute.sql``.
@@ -38,7 +38,7 @@ from hypertrain.compute.keys import (
     secret_hash,
     secret_matches,
 )
-from hypertrain.compute.leases import eligible_challenges, lease
+from hypertrain.compute.leases import LeaseAsk, eligible_challenges, hand_out, lease
 from hypertrain.compute.model import (
     DEFAULT_SETTINGS,
     EVENT_KINDS,
@@ -94,6 +94,7 @@ __all__ = [
     "EventKind",
     "InputFile",
     "Job",
+    "LeaseAsk",
     "LeaseGrant",
     "Node",
     "ResultAnswer",
@@ -111,6 +112,7 @@ __all__ = [
     "expire_due",
     "fallback_due",
     "get_node",
+    "hand_out",
     "is_inconclusive",
     "is_node_key",
     "iso_ms",

@@ -19,11 +19,23 @@ Promises of :func:`lease`:
   returned only here and stored hashed, and ``deadline_ms = now + kill_after_ms +
   lease_grace_ms``; a result counts up to and including that millisecond. Nothing eligible:
   ``None`` and no event. The ``lease`` event names the job, never the node.
+
+Promises of :func:`hand_out` (copies a transaction just made leasable, handed to held polls in
+that same transaction): the asks (:class:`LeaseAsk`, the held polls' nodes and profiles) are
+served in their order (the longest waiting first), each with exactly what :func:`lease` would
+give it now, until ``copies`` grants were made or every ask was tried. An ask that gets nothing
+(or whose node is disabled by now) gets nothing and changes nothing; the other asks of the same
+node and profile are then skipped (they would get nothing either), so a copy nobody waiting may
+take costs one lease query per waiting node, not per poll.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
+from typing import Final
+
+import attrs
 
 from hypertrain.compute.keys import mint_lease_token, secret_hash
 from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event, Node, iso_ms
@@ -33,12 +45,14 @@ from hypertrain.compute.nodes import (
     normalise_hardware,
     set_profile,
 )
-from hypertrain.compute.rows import get_job
+from hypertrain.compute.rows import JOB_COLUMNS, job_from_row
 from hypertrain.compute.wire import LeaseGrant
 from hypertrain.protocol.errors import Forbidden
 from hypertrain.scoring.registry import REGISTRY, Challenge, get_challenge
 
-__all__ = ["eligible_challenges", "lease"]
+__all__ = ["LeaseAsk", "eligible_challenges", "hand_out", "lease", "lease_read"]
+
+_JOB_COLUMNS_J: Final = ", ".join(f"j.{c.strip()}" for c in JOB_COLUMNS.split(","))
 
 
 def eligible_challenges(capabilities: tuple[str, ...], hardware: str) -> list[Challenge]:
@@ -69,7 +83,34 @@ def lease(
             f"node disabled after {settings.strikes_per_day} strikes today; re-enabled at"
             f" {iso_ms(until)} ({until} ms)"
         )
-    set_profile(conn, node.node_id, caps, hw, now_ms)
+    return _grant(conn, node.node_id, caps, hw, now_ms, settings)
+
+
+def lease_read(
+    conn: sqlite3.Connection,
+    node: Node,
+    *,
+    capabilities: object,
+    hardware: object,
+    now_ms: int,
+    settings: ComputeSettings = DEFAULT_SETTINGS,
+) -> tuple[LeaseGrant | None, list[Event]]:
+    """:func:`lease` for a ``node`` read in this same transaction and found not disabled by
+    the caller (it is not read again)."""
+    caps = normalise_capabilities(capabilities)
+    hw = normalise_hardware(hardware)
+    return _grant(conn, node.node_id, caps, hw, now_ms, settings)
+
+
+def _grant(
+    conn: sqlite3.Connection,
+    node_id: str,
+    caps: tuple[str, ...],
+    hw: str,
+    now_ms: int,
+    settings: ComputeSettings,
+) -> tuple[LeaseGrant | None, list[Event]]:
+    set_profile(conn, node_id, caps, hw, now_ms)
     eligible = eligible_challenges(caps, hw)
     if not eligible:
         return None, []
@@ -77,9 +118,10 @@ def lease(
     params: list[object] = [now_ms]
     for c in eligible:
         params += [c.id, c.version]
-    params.append(node.node_id)
+    params.append(node_id)
     row = conn.execute(
-        "SELECT c.copy_id, c.job_id FROM compute_copies c JOIN compute_jobs j USING (job_id)"
+        f"SELECT c.copy_id, {_JOB_COLUMNS_J}"
+        " FROM compute_copies c JOIN compute_jobs j USING (job_id)"
         " WHERE c.state = 'queued' AND j.state = 'queued' AND j.wait_deadline_ms > ?"
         f" AND ({which})"
         " AND NOT EXISTS (SELECT 1 FROM compute_copies o"
@@ -89,22 +131,22 @@ def lease(
     ).fetchone()
     if row is None:
         return None, []
-    copy_id, job_id = str(row[0]), str(row[1])
-    job = get_job(conn, job_id)
+    copy_id = str(row[0])
+    job = job_from_row(row[1:])
     challenge = get_challenge(job.challenge)
     token = mint_lease_token()
     deadline = now_ms + challenge.kill_after_ms + settings.lease_grace_ms
     conn.execute(
         "UPDATE compute_copies SET state = 'leased', node_id = ?, token_hash = ?, leased_ms = ?,"
         " deadline_ms = ? WHERE copy_id = ?",
-        (node.node_id, secret_hash(token), now_ms, deadline, copy_id),
+        (node_id, secret_hash(token), now_ms, deadline, copy_id),
     )
     grant = LeaseGrant(
         copy_id=copy_id,
-        job_id=job_id,
+        job_id=job.job_id,
         challenge=challenge.id,
         base=challenge.capability,
-        step=f"{job_id}/{job.step}",
+        step=f"{job.job_id}/{job.step}",
         trace=job.step,
         inputs=job.inputs,
         step_budget_ms=challenge.step_budget_ms,
@@ -115,4 +157,51 @@ def lease(
         token=token,
         deadline_ms=deadline,
     )
-    return grant, [("lease", {"job": job_id, "challenge": challenge.id, "trace": job.step})]
+    return grant, [("lease", {"job": job.job_id, "challenge": challenge.id, "trace": job.step})]
+
+
+@attrs.frozen
+class LeaseAsk:
+    """What one held lease poll asks for: its node and the profile its request sent."""
+
+    node: Node
+    capabilities: object
+    hardware: object
+
+
+def hand_out(
+    conn: sqlite3.Connection,
+    asks: Sequence[LeaseAsk],
+    copies: int,
+    *,
+    now_ms: int,
+    settings: ComputeSettings = DEFAULT_SETTINGS,
+) -> tuple[list[tuple[int, LeaseGrant]], list[Event]]:
+    """Grant up to ``copies`` copies to ``asks`` in order (module doc): ``([(index of the
+    ask, its grant)], events)``."""
+    grants: list[tuple[int, LeaseGrant]] = []
+    events: list[Event] = []
+    barren: set[tuple[str, str]] = set()
+    for index, ask in enumerate(asks):
+        if len(grants) >= copies:
+            break
+        profile = (ask.node.node_id, repr((ask.capabilities, ask.hardware)))
+        if profile in barren:
+            continue
+        try:
+            grant, more = lease(
+                conn,
+                ask.node,
+                capabilities=ask.capabilities,
+                hardware=ask.hardware,
+                now_ms=now_ms,
+                settings=settings,
+            )
+        except Forbidden:  # disabled since it asked (raised before any change)
+            grant, more = None, []
+        if grant is None:
+            barren.add(profile)
+            continue
+        grants.append((index, grant))
+        events += more
+    return grants, events

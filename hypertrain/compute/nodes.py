@@ -7,8 +7,9 @@ Plain functions of a ``sqlite3.Connection``, each the body of one ``db.write``/`
   generated one; with a key it attaches to that key's node (401 when unknown or malformed),
   renaming it when a different handle is given. Capabilities and hardware are replaced.
 - :func:`authenticate`: 401 for a missing, malformed or unknown key (the stored digest is
-  compared in constant time); refreshes ``last_seen_ms``. A disabled node authenticates (it may
-  still post results of copies it holds); only leasing refuses it.
+  compared in constant time); refreshes ``last_seen_ms``. A disabled node authenticates (it
+  may still post results of copies it holds); only leasing refuses it. :func:`node_of_key`
+  is the same check without the write, :func:`mark_seen` the write.
 - :func:`normalise_capabilities`: a JSON list of at most :data:`MAX_CAPABILITIES` ids of
   ``[a-z0-9][a-z0-9._-]{0,63}``, sorted and deduplicated (unknown ids are kept; routing ignores
   them). :func:`normalise_hardware`: lower-cased, each run of characters outside ``[a-z0-9]``
@@ -41,6 +42,7 @@ __all__ = [
     "MAX_CAPABILITIES",
     "authenticate",
     "get_node",
+    "node_of_key",
     "normalise_capabilities",
     "normalise_hardware",
     "online_nodes",
@@ -117,7 +119,8 @@ def online_nodes(conn: sqlite3.Connection, since_ms: int) -> list[Node]:
     return [_node(row) for row in rows]
 
 
-def _by_key(conn: sqlite3.Connection, key: object) -> Node:
+def node_of_key(conn: sqlite3.Connection, key: object) -> Node:
+    """The node of ``key`` (401 missing, malformed or unknown), read only."""
     if key is None or key == "":
         raise AuthError("a node key is required")
     if not is_node_key(key):
@@ -167,7 +170,7 @@ def register_node(
     wanted = None if handle is None or handle == "" else check_handle(handle)
     minted: str | None = None
     if key is not None and key != "":
-        node = _by_key(conn, key)
+        node = node_of_key(conn, key)
         if wanted is not None and wanted != node.handle:
             if _handle_taken(conn, wanted, node.node_id):
                 raise Conflict(f"handle {wanted!r} is taken")
@@ -205,7 +208,11 @@ def register_node(
 
 def authenticate(conn: sqlite3.Connection, key: object, now_ms: int) -> Node:
     """The node of ``key`` (401 otherwise), marked seen at ``now_ms``."""
-    node = _by_key(conn, key)
+    return mark_seen(conn, node_of_key(conn, key), now_ms)
+
+
+def mark_seen(conn: sqlite3.Connection, node: Node, now_ms: int) -> Node:
+    """``node`` marked seen at ``now_ms`` (stored and returned)."""
     conn.execute(
         "UPDATE compute_nodes SET last_seen_ms = ? WHERE node_id = ?", (now_ms, node.node_id)
     )

@@ -155,11 +155,17 @@ def submit_result(
         return _respond(conn, copy_id, judged, events)
     decision = decide(challenge, [c.answer for c in answered if c.answer is not None])
     events += apply_decision(conn, job, challenge, answered, decision, now_ms, settings)
+    verdict, job_state, credits = conn.execute(
+        "SELECT c.verdict, j.state, n.compute_credits"
+        " FROM compute_copies c, compute_jobs j, compute_nodes n"
+        " WHERE c.copy_id = ? AND j.job_id = ? AND n.node_id = ?",
+        (copy_id, job.job_id, node.node_id),
+    ).fetchone()  # what the decision left: three rows by key, nothing decoded
     counted_reply = ResultCounted(
         copy=copy_id,
         status="counted",
-        verdict=get_copy(conn, copy_id).verdict,
-        job_state=get_job(conn, job.job_id).state,
-        compute_credits=get_node(conn, node.node_id).compute_credits,
+        verdict=verdict,
+        job_state=job_state,
+        compute_credits=credits,
     )
     return _respond(conn, copy_id, counted_reply, events)

@@ -8,17 +8,24 @@ caller of a book transaction hands it the events the transaction returned, and i
    ...payload}``, in order;
 2. wakes exactly the waiters those events concern (:func:`waiters_of`, from the event kinds):
 
-   - lease long polls wait on :data:`WORK`: woken when a copy may have become leasable: a
-     step enqueued or a busy copy given back (``queued``), a third copy (``split``), a
-     replacement for an expired copy (``expired`` with ``replaced``). Not all of them: one
-     poll per new copy (:func:`new_copies`), the longest waiting first, so a new step wakes
-     two polls, not every node's. Each wake carries how many polls were waiting then: a poll
-     woken for a copy its node may not take (it holds the step's other copy, say) hands the
-     wake on to the next (:meth:`ComputeHub.hand_on`), at most that many times, so a copy
-     nobody waiting can take costs what waking them all did, and no more;
+   - lease long polls wait on :data:`WORK` (each tagged with its :class:`~hypertrain.compute.
+     LeaseAsk`): a copy may have become leasable when a step was enqueued or a busy copy given
+     back (``queued``), with a third copy (``split``), a replacement for an expired copy
+     (``expired`` with ``replaced``): :func:`new_copies` counts them. :meth:`ComputeHub.write`
+     runs a book transaction and, IN THAT SAME TRANSACTION, hands its new copies to the held
+     polls, the longest waiting first (:func:`~hypertrain.compute.hand_out`: each gets what
+     its own lease would get); each granted poll is woken with its grant and only answers it.
+     A transaction run without the hub (``db.write`` then :meth:`~ComputeHub.publish`) wakes
+     one poll per new copy, the longest waiting first, to run its own lease transaction: each
+     such wake carries how many polls were waiting then, and a poll woken for a copy its node
+     may not take hands it on to the next (:meth:`ComputeHub.hand_on`), at most that many
+     times. Either way a new step wakes two polls, not every node's;
    - the lease reaper waits on :data:`TIMERS` for the earliest deadline: woken when a new one
      may be earlier: a lease granted (``lease``) and every newly queued copy above (its step's
-     wait window);
+     wait window). :meth:`ComputeHub.write` wakes it only when the book's next deadline
+     (:func:`~hypertrain.compute.next_deadline_ms`, read in the transaction) is earlier than
+     the wake-up the reaper planned (:attr:`ComputeHub.timers_plan_ms`): a lease whose
+     deadline lies beyond it costs no reaper pass;
    - the fallback pool waits on :data:`FALLBACK`: woken when a step went to the trusted
      evaluator (``fallback``).
 
@@ -31,22 +38,43 @@ caller of a book transaction hands it the events the transaction returned, and i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any, Final
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, TypeVar, TypeVarTuple
 
 import attrs
 
+from hypertrain.compute import LeaseAsk, LeaseGrant, hand_out, next_deadline_ms
 from hypertrain.compute.model import ComputeSettings, Event, EventKind
 from hypertrain.coordinator.events import EventHub
 from hypertrain.coordinator.settings import CoordinatorSettings
-from nurseries import KeyedWaiter
+from hypertrain.store import Database
+from nurseries import KeyedWaiter, Parked, SystemClock, WaitResult, WallClock
 
-__all__ = ["FALLBACK", "SSE_KIND", "TIMERS", "WORK", "ComputeHub", "new_copies", "waiters_of"]
+__all__ = [
+    "FALLBACK",
+    "SSE_KIND",
+    "TIMERS",
+    "WORK",
+    "ComputeHub",
+    "Wake",
+    "new_copies",
+    "waiters_of",
+]
 
 WORK: Final = "work"
 TIMERS: Final = "timers"
 FALLBACK: Final = "fallback"
 SSE_KIND: Final = "compute"
+
+Wake = int | LeaseGrant
+"""A :data:`WORK` wake's value: the copy granted to the poll, or (woken by a transaction run
+without the hub) the hops it has left to run its own lease (module doc)."""
+
+Booked = TypeVar("Booked", bound="list[Event] | tuple[Any, ...]")
+"""What a book transaction returns: its events, or a tuple whose last item is its events."""
+Ts = TypeVarTuple("Ts")
+_Handed = tuple[list[tuple[int, LeaseGrant]], list[Event]]
 
 _NEW_COPY: Final = frozenset({WORK, TIMERS})
 _NOBODY: Final[frozenset[str]] = frozenset()
@@ -79,19 +107,64 @@ class ComputeHub:
 
     settings: ComputeSettings
     events: EventHub
-    waiter: KeyedWaiter[str, int] = attrs.field(factory=KeyedWaiter)
+    db: Database | None = attrs.field(default=None, kw_only=True)
+    """The book's database (:meth:`write`; a hub without one only publishes)."""
+    wall: WallClock = attrs.field(factory=SystemClock, kw_only=True)
+    timers_plan_ms: int | None = attrs.field(default=None, kw_only=True)
+    """The wall ms the reaper sleeps toward (set just before it parks); None: not known."""
+    waiter: KeyedWaiter[str, Wake] = attrs.field(factory=KeyedWaiter)
     """Keyed by :data:`WORK`, :data:`TIMERS`, :data:`FALLBACK`; a :data:`WORK` wake's value is
-    the hops it has left (module doc), the others' 0."""
+    a :data:`Wake` (module doc), the others' 0."""
 
     @classmethod
-    def from_settings(cls, settings: CoordinatorSettings, events: EventHub) -> ComputeHub:
+    def from_settings(
+        cls, settings: CoordinatorSettings, events: EventHub, db: Database, wall: WallClock
+    ) -> ComputeHub:
         return cls(
             ComputeSettings(credit=settings.compute_credit, wait_ms=settings.compute_wait_ms),
             events,
+            db=db,
+            wall=wall,
         )
+
+    async def write(self, fn: Callable[[sqlite3.Connection, *Ts], Booked], *args: *Ts) -> Booked:
+        """Run the book transaction ``fn(conn, *args)``, hand the copies it made leasable to
+        the held lease polls in the same transaction, publish its events and the grants', and
+        wake each granted poll with its grant (module doc). Returns what ``fn`` returned."""
+        held: list[Parked[Wake]] = []
+
+        def booked(conn: sqlite3.Connection, *args: *Ts) -> tuple[Booked, _Handed, bool]:
+            result = fn(conn, *args)
+            events = _events_of(result)
+            copies = sum(new_copies(kind, payload) for kind, payload in events)
+            if copies:
+                held.extend(p for p in self.waiter.parked(WORK) if isinstance(p.tag, LeaseAsk))
+            handed: _Handed = ([], [])
+            if held:
+                asks = [p.tag for p in held if isinstance(p.tag, LeaseAsk)]
+                now_ms = int(self.wall.now() * 1000)
+                handed = hand_out(conn, asks, copies, now_ms=now_ms, settings=self.settings)
+            timers = any(TIMERS in waiters_of(k, p) for k, p in [*events, *handed[1]])
+            return result, handed, timers and self._earlier_than_planned(next_deadline_ms(conn))
+
+        if self.db is None:
+            raise RuntimeError("ComputeHub.write needs the book's database (from_settings)")
+        result, (grants, granted), timers = await self.db.write(booked, *args)
+        # No checkpoint since the transaction: every poll in ``held`` is still parked.
+        self._publish([*_events_of(result), *granted], work=False, timers=timers)
+        for index, grant in grants:
+            self.waiter.notify_parked(WORK, held[index], grant)
+        return result
+
+    def _earlier_than_planned(self, due_ms: int | None) -> bool:
+        plan = self.timers_plan_ms
+        return plan is None or (due_ms is not None and due_ms < plan)
 
     def publish(self, events: Iterable[Event]) -> None:
         """Publish the book's events and wake the waiters they concern (module doc)."""
+        self._publish(events, work=True, timers=True)
+
+    def _publish(self, events: Iterable[Event], *, work: bool, timers: bool) -> None:
         wake: set[str] = set()
         copies = 0
         for kind, payload in events:
@@ -100,7 +173,11 @@ class ComputeHub:
             copies += new_copies(kind, payload)
         for key in sorted(wake):
             if key == WORK:
-                self.waiter.notify(WORK, self.waiter.waiting(WORK), limit=copies)
+                if work:
+                    self.waiter.notify(WORK, self.waiter.waiting(WORK), limit=copies)
+            elif key == TIMERS:
+                if timers:
+                    self.waiter.notify(TIMERS, 0)
             else:
                 self.waiter.notify(key, 0)
 
@@ -110,5 +187,16 @@ class ComputeHub:
         if hops > 1:
             self.waiter.notify(WORK, hops - 1, limit=1)
 
+    async def hold(self, ask: LeaseAsk, deadline: float) -> WaitResult[Wake]:
+        """Park a lease poll that got nothing until a copy is handed to it (or it is woken to
+        lease; module doc), its Trio ``deadline``, or :meth:`close`."""
+        return await self.waiter.wait(WORK, deadline=deadline, tag=ask)
+
     def close(self) -> None:
         self.waiter.close()
+
+
+def _events_of(result: list[Event] | tuple[Any, ...]) -> list[Event]:
+    """The events of a book transaction's result (:data:`Booked`)."""
+    events: list[Event] = result[-1] if isinstance(result, tuple) else result
+    return events

@@ -125,7 +125,7 @@ class Coordinator:
 
     @compute.default
     def _compute_hub(self) -> ComputeHub:
-        return ComputeHub.from_settings(self.settings, self.events)
+        return ComputeHub.from_settings(self.settings, self.events, self.db, self.wall)
 
     def coord_keypair(self) -> Keypair:
         """K_coord from ``HYPERTRAIN_COORD_KEY_FILE``, re-loaded only when the file changed.

@@ -62,6 +62,7 @@ from nurseries import (
     open_supervisor,
     serve_asgi,
     supervise,
+    tune_collector_for_serving,
 )
 
 __all__ = ["EXIT_CONFIG", "EXIT_FAILURE", "EXIT_OK", "DaemonHandle", "main", "serve_daemon"]
@@ -265,6 +266,7 @@ async def _run(settings: DaemonSettings) -> None:
                 lifeline=lifeline_from_env(os.environ),
             )
         )
+        tune_collector_for_serving()  # the process boundary: its collector is ours to set
         print(f"hypertrain-daemon listening on {handle.url}", flush=True)
 
 

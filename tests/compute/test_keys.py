@@ -55,3 +55,22 @@ def test_handles() -> None:
     handle = new_handle()
     assert re.fullmatch(r"node-[0-9a-f]{8}", handle)
     assert check_handle(handle) == handle
+
+
+def test_secrets_draw_base62_without_bias_from_one_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each random byte under 248 (4 x 62) is one character (byte % 62); 248..255 are skipped
+    (they would make the first eight characters likelier), and one read usually suffices."""
+    from hypertrain.compute import keys
+
+    reads: list[int] = []
+
+    def token_bytes(n: int) -> bytes:
+        reads.append(n)
+        return bytes([247, 248, 255, 0, 61, 62, 123, 124] * 5)[:n]
+
+    monkeypatch.setattr(keys.secrets, "token_bytes", token_bytes)
+    token = keys.mint_lease_token()
+    digits = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    one_read = [digits[b % 62] for b in [247, 0, 61, 62, 123, 124] * 5 if b < 248]
+    assert token == "lt_" + "".join((one_read * 2)[:32])
+    assert reads == [40, 40]  # 30 characters from the first 40 bytes: a second read

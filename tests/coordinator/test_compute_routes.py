@@ -595,3 +595,186 @@ async def test_a_malformed_benchmark_body_is_400_naming_the_field(
         assert response.status_code == 400, (field, response.text)
         assert field in response.json()["detail"]
     assert nothing.status_code == 409  # well formed: no run is running here
+
+
+async def _enqueue_through_hub(handle: DaemonHandle, label: str, inputs: list[Any]) -> str:
+    """A delta-loss step enqueued as the daemon's own producers do (``ComputeHub.write``)."""
+    ctx = handle.ctx
+    job_id, _ = await ctx.compute.write(
+        partial(
+            enqueue_step,
+            challenge_id=DELTA_LOSS.id,
+            subject={"label": label},
+            step="public",
+            inputs=inputs,
+            now_ms=int(ctx.wall.now() * 1000),
+            wait_ms=ctx.compute.settings.wait_ms,
+            settings=ctx.compute.settings,
+        )
+    )
+    return job_id
+
+
+async def _stand_in_inputs(handle: DaemonHandle, label: str) -> list[Any]:
+    files = []
+    for name in DELTA_LOSS.inputs:
+        info = await handle.ctx.objects.put_bytes(f"{label}:{name}".encode())
+        files.append({"name": name, "sha256": info.sha256, "size": info.size})
+    return files
+
+
+def _queued_copies(conn: Any, job_id: str) -> list[str]:
+    rows = conn.execute(
+        "SELECT copy_id FROM compute_copies WHERE job_id = ? AND state = 'queued'", (job_id,)
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+async def test_a_new_step_is_handed_to_the_two_longest_held_polls_in_its_own_transaction(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Issue 17 goal 4: the enqueue transaction itself leases the step's two copies to the two
+    polls that have waited longest; they only answer their grants (no lease transaction of
+    their own: no snapshot ever shows the copies queued) and the other eight stay held."""
+    async with _daemon(tmp_path, Fallbacks()) as (handle, client):
+        nodes = [await _node(client) for _ in range(10)]
+        files = await _stand_in_inputs(handle, "x")
+        answered: dict[int, tuple[float, Any]] = {}
+        async with trio.open_nursery() as nursery:
+
+            async def poll(i: int) -> None:
+                response = await _lease(client, nodes[i])
+                answered[i] = (trio.current_time(), response.json()["job"])
+
+            start = trio.current_time()
+            for i in range(10):
+                nursery.start_soon(poll, i)
+                await trio.sleep(0.5)  # poll 0 waits longest
+            writes = handle.ctx.db.statistics().writes
+            job_id = await _enqueue_through_hub(handle, "x", files)
+            assert handle.ctx.db.statistics().writes == writes + 1
+            assert handle.ctx.compute.waiter.waiting(WORK) == 8
+            enqueued = trio.current_time()
+            assert await handle.ctx.db.read(_queued_copies, job_id) == []
+    for i in (0, 1):
+        at, job = answered[i]
+        assert (at, job["job"]) == (enqueued, job_id)
+    assert {answered[0][1]["id"], answered[1][1]["id"]} == {f"{job_id}.1", f"{job_id}.2"}
+    for i in range(2, 10):
+        assert answered[i] == (pytest.approx(start + 0.5 * i + 25.0), None), (i, answered[i])
+
+
+async def test_a_step_queued_while_a_poll_is_on_its_way_to_wait_still_reaches_it(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """No poll parks after a new copy went out: whatever step of its lease an enqueue lands
+    on (k scheduler steps after the polls start, for every k up to long after they parked),
+    both polls answer the step's copies at that same instant."""
+    async with _daemon(tmp_path, Fallbacks()) as (handle, client):
+        for k in range(24):
+            a, b = await _node(client), await _node(client)
+            files = await _stand_in_inputs(handle, f"k{k}")
+            answered: list[tuple[float, Any]] = []
+
+            async def poll(node: Mapping[str, Any], answered: list[Any] = answered) -> None:
+                response = await _lease(client, node)
+                answered.append((trio.current_time(), response.json()["job"]))
+
+            async def enqueue_after(steps: int, label: str, files: list[Any] = files) -> None:
+                for _ in range(steps):
+                    await trio.lowlevel.checkpoint()
+                await _enqueue_through_hub(handle, label, files)
+
+            start = trio.current_time()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(poll, a)
+                nursery.start_soon(poll, b)
+                nursery.start_soon(enqueue_after, k, f"k{k}")
+            assert [(at, job is not None) for at, job in answered] == [(start, True)] * 2, k
+
+
+async def _asgi(
+    app: Any, path: str, body: bytes, headers: list[tuple[bytes, bytes]], leave_at: float | None
+) -> list[dict[str, Any]]:
+    """One request straight to the app; the client disconnects at Trio time ``leave_at``."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"coord"), *headers],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop()
+        if leave_at is None:
+            await trio.sleep_forever()
+        await trio.sleep_until(leave_at)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return sent
+
+
+async def test_a_held_poll_whose_client_leaves_stops_waiting_at_once(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The lease path is plain ASGI (issue 17 goal 3): like Quart's routes, a poll ends when its
+    client disconnects, unanswered, and holds no slot after."""
+    async with _daemon(tmp_path, Fallbacks()) as (handle, client):
+        node = await _node(client)
+        body = json.dumps({"capabilities": ["delta-loss"], "hardware": "cpu"}).encode()
+        auth = [(b"authorization", f"Bearer {node['key']}".encode())]
+        start = trio.current_time()
+        sent = await _asgi(handle.app, "/v1/compute/jobs/lease", body, auth, start + 3.0)
+        assert (sent, trio.current_time() - start) == ([], 3.0)
+        assert handle.ctx.compute.waiter.waiting(WORK) == 0
+
+
+async def test_the_lease_path_keeps_the_bounds_and_answers_of_the_routes(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Before the body: no key, a malformed or an unknown one is 401 (the body is never read);
+    a declared body over 64 KiB is 413; headers over 16 KiB are 431; other methods are Quart's
+    405; errors are ``{"detail"}`` with the status of their class."""
+    async with _daemon(tmp_path, Fallbacks()) as (_handle, client):
+        node = await _node(client)
+        lease = "/v1/compute/jobs/lease"
+        huge = {"Content-Length": "70000"}
+        unknown = {"Authorization": "Bearer ht_" + "A" * 32}
+        answers = [
+            await client.post(lease, json={}),
+            await client.post(lease, content=b"x", headers={"Authorization": "Bearer ht_x"}),
+            await client.post(lease, content=b"x" * 70000, headers={**unknown, **huge}),
+            await client.post(lease, content=b"x" * 70000, headers={**_auth(node), **huge}),
+            await client.post(lease, content=b"{", headers=_auth(node)),
+            await client.post(lease, json={}, headers={**_auth(node), "X-Big": "y" * 17000}),
+            await client.get(lease, headers=_auth(node)),
+            await client.post("/v1/compute/jobs/nope/result", json={}),
+            await client.post("/v1/compute/jobs/nope/result", json={}, headers=_auth(node)),
+        ]
+    assert [(a.status_code, a.json()["detail"]) for a in answers] == [
+        (401, "a node key is required: Authorization: Bearer ht_..."),
+        (401, "malformed node key"),
+        (401, "unknown node key"),
+        (413, "request body over the limit of 65536 bytes (got 70000 bytes)"),
+        (400, answers[4].json()["detail"]),
+        (431, "request headers over the limit of 16384 bytes"),
+        (405, f"method GET not allowed on {lease}"),
+        (401, "a node key is required: Authorization: Bearer ht_..."),
+        (404, "no compute job copy nope"),
+    ]
+    assert answers[4].json()["detail"].startswith("JSON: ")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import re
 import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
@@ -17,6 +19,8 @@ import trio
 from nurseries._serve import (
     DEFAULT_BACKLOG,
     DEFAULT_GRACEFUL_TIMEOUT,
+    DEFAULT_KEEP_ALIVE_TIMEOUT,
+    SERVING_GC_THRESHOLDS,
     make_config,
     serve_asgi,
 )
@@ -287,3 +291,25 @@ def test_config_follows_the_measured_settings() -> None:
     assert isinstance(config.errorlog, logging.Logger)
     assert config.bind == ["127.0.0.1:0"]
     assert make_config("::1", 8080).bind == ["[::1]:8080"]
+
+
+def test_a_connection_may_wait_a_minute_for_its_first_request_to_be_read() -> None:
+    """hypercorn's idle timeout also runs from accept to the first request read: its 5 s
+    closed connections of a 10,000-poll burst the server had not read yet (module doc)."""
+    assert make_config(HOST, 0).keep_alive_timeout == DEFAULT_KEEP_ALIVE_TIMEOUT == 60.0
+    assert make_config(HOST, 0, keep_alive_timeout=2.0).keep_alive_timeout == 2.0
+
+
+def test_a_serving_process_freezes_its_startup_heap_and_collects_less_often() -> None:
+    """In a child process (it changes the process's collector for good): what startup built
+    is frozen (never walked again) and the young generation's threshold is raised."""
+    code = (
+        "import gc, nurseries\n"
+        "startup = [object() for _ in range(10)]\n"
+        "nurseries.tune_collector_for_serving()\n"
+        "print(gc.get_freeze_count() > 0, gc.get_threshold())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split("\n")[0] == f"True {SERVING_GC_THRESHOLDS}"

@@ -293,3 +293,36 @@ async def test_a_waiter_cancelled_then_notified_before_it_runs_returns_the_notif
     assert got == [Notified(5)]
     assert doomed.cancelled_caught
     assert waiter.statistics() == idle()
+
+
+async def test_parked_waiters_are_listed_with_their_tags_and_woken_one_by_one(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A notifier that decides who gets what: each waiter says what it waits for (its tag);
+    `notify_parked` hands one waiter its own value and leaves the others waiting."""
+    waiter: KeyedWaiter[str, int] = KeyedWaiter()
+    out: dict[str, tuple[WaitResult[int], float]] = {}
+    t0 = trio.current_time()
+
+    async def tagged(tag: str) -> None:
+        out[tag] = (await waiter.wait("k", deadline=t0 + 100.0, tag=tag), trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        for tag in ("a", "b", "c"):
+            nursery.start_soon(tagged, tag)
+            await trio.sleep(1.0)  # a waits longest
+        parked = waiter.parked("k")
+        assert [p.tag for p in parked] == ["a", "b", "c"]
+        assert waiter.notify_parked("k", parked[2], 30)
+        assert waiter.notify_parked("k", parked[0], 10)
+        assert not waiter.notify_parked("k", parked[0], 11)  # woken already
+        assert waiter.waiting("k") == 1
+        assert [p.tag for p in waiter.parked("k")] == ["b"]
+        assert waiter.parked("other") == []
+    assert out == {
+        "a": (Notified(10), t0 + 3.0),
+        "b": (TimedOut(), t0 + 100.0),
+        "c": (Notified(30), t0 + 3.0),
+    }
+    assert waiter.statistics() == idle()
+    assert not waiter.notify_parked("k", parked[1], 20)  # timed out: gone

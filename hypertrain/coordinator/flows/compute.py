@@ -4,6 +4,10 @@
   missing, malformed or unknown; the node is marked seen), the body parsed as strict JSON
   (400), then :func:`~hypertrain.compute.submit_result` takes it (its own status table:
   200/410 answered, 400/403/404/409 refused). A refusal rolls the whole transaction back;
+- :func:`lease_for_key`: a lease request in ONE write: the key authenticated (401; the node
+  is marked seen), the body parsed (400 JSON, 400 naming the field), a disabled node answered
+  with its :class:`~hypertrain.compute.wire.DisabledAnswer` (403, nothing else changes), else
+  :func:`~hypertrain.compute.lease` (the grant or None). A refusal rolls it all back;
 - :func:`input_of`: which object a node may download as an input of a copy it holds (403 not
   its lease, wrong token or past the deadline; 404 unknown copy or input name);
 - :func:`benchmark_target`: the run and round a benchmark measures on (409 when ambiguous);
@@ -15,21 +19,37 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Final
 
+import attrs
+
 from hypertrain.compute import (
     ComputeSettings,
+    Event,
+    LeaseGrant,
     Node,
     Submitted,
     authenticate,
+    iso_ms,
     secret_matches,
     submit_result,
 )
+from hypertrain.compute.leases import lease_read
+from hypertrain.compute.nodes import mark_seen, node_of_key
 from hypertrain.compute.rows import get_copy, get_job
-from hypertrain.compute.wire import LEASE_HEADER
+from hypertrain.compute.wire import LEASE_HEADER, DisabledAnswer, LeaseRequest
 from hypertrain.coordinator.tables.runs import get_run, list_runs, next_round_w
+from hypertrain.protocol.converter import structure
 from hypertrain.protocol.errors import Conflict, Forbidden, NotFound
 from hypertrain.protocol.jcs import parse_json
 
-__all__ = ["HIDDEN_TRACE", "benchmark_target", "input_of", "job_view", "receive_result"]
+__all__ = [
+    "HIDDEN_TRACE",
+    "Leased",
+    "benchmark_target",
+    "input_of",
+    "job_view",
+    "lease_for_key",
+    "receive_result",
+]
 
 HIDDEN_TRACE: Final = "trace.u16"
 
@@ -46,6 +66,36 @@ def receive_result(
     """One result post, authentication and submission together (module doc)."""
     node = authenticate(conn, key, now_ms)
     return submit_result(conn, node, copy_id, parse_json(body), now_ms, settings=settings)
+
+
+Leased = tuple[Node, LeaseRequest, LeaseGrant | DisabledAnswer | None, list[Event]]
+"""What :func:`lease_for_key` returns: the node, its request, the outcome and the events."""
+
+
+def lease_for_key(
+    conn: sqlite3.Connection, key: str, body: bytes, now_ms: int, *, settings: ComputeSettings
+) -> Leased:
+    """One lease request's transaction (module doc)."""
+    node = node_of_key(conn, key)  # marked seen by the lease, or below when disabled
+    req = structure(LeaseRequest, parse_json(body))
+    if node.disabled(now_ms):
+        node = mark_seen(conn, node, now_ms)
+        until = node.disabled_until_ms
+        disabled = DisabledAnswer(
+            detail=f"node {node.node_id} is disabled until {iso_ms(until)} (strikes today)",
+            reenable_at_ms=until,
+            reenable_at=iso_ms(until),
+        )
+        return node, req, disabled, []
+    grant, events = lease_read(
+        conn,
+        node,
+        capabilities=req.capabilities,
+        hardware=req.hardware,
+        now_ms=now_ms,
+        settings=settings,
+    )
+    return attrs.evolve(node, last_seen_ms=now_ms), req, grant, events
 
 
 def input_of(

@@ -105,8 +105,5 @@ class FallbackPool:
         answer = trusted_answer(challenge, outcome)
         hub = self.ctx.compute
         now = int(self.ctx.wall.now() * 1000)
-        events = await self.ctx.db.write(
-            partial(settle_trusted, settings=hub.settings), job.job_id, answer, now
-        )
-        hub.publish(events)
+        await hub.write(partial(settle_trusted, settings=hub.settings), job.job_id, answer, now)
         log.info("fallback settled job %s (%s): %s", job.job_id, job.challenge, answer.to_json())

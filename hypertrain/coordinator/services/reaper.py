@@ -13,14 +13,19 @@ unleased goes to the fallback pool). Then it sleeps until the book's next deadli
 rebuilds every timer from the stored deadlines rather than resetting them), woken early on
 :data:`~hypertrain.coordinator.computehub.TIMERS` when a published event may have set an
 earlier one (:meth:`~hypertrain.coordinator.computehub.ComputeHub.publish`: a lease, a newly
-queued copy), and at most :data:`IDLE_WAIT` seconds. Its own events go through the same
-``publish``: a replaced copy wakes the lease polls, a step sent to the fallback the pool.
+queued copy; :meth:`~hypertrain.coordinator.computehub.ComputeHub.write` only when the book's
+next deadline is now earlier than the wake-up the reaper planned, ``timers_plan_ms``, so a
+lease 90 s out does not cost a pass), and at most :data:`IDLE_WAIT` seconds. Its
+transactions run through :meth:`~hypertrain.coordinator.computehub.ComputeHub.write`: a
+replaced copy is handed to a held lease poll in the same transaction, a step sent to the
+fallback wakes the pool.
 Deadlines are wall-clock milliseconds; the sleep is converted to the Trio clock at each pass.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from functools import partial
 from typing import Final
 
@@ -57,9 +62,8 @@ class LeaseReaper:
         """One pass: expire what is due, send ended windows to the fallback."""
         hub = self.ctx.compute
         now = self._now_ms()
-        expired = await self.ctx.db.write(partial(expire_due, settings=hub.settings), now)
-        ended = await self.ctx.db.write(fallback_due, now)
-        hub.publish([*expired, *ended])
+        await hub.write(partial(expire_due, settings=hub.settings), now)
+        await hub.write(fallback_due, now)
         for event in await self.ctx.db.write(expire_leases):
             log.info("audit job %s: lease expired, requeued", event["job_id"])
             self.ctx.events.publish("audit", event)
@@ -69,13 +73,16 @@ class LeaseReaper:
         task_status.started()
         while True:
             await self.reap()
+            audit_due = await self.ctx.db.read(next_lease_expiry)
+            # The book's deadlines last: from this snapshot to parking there is no checkpoint,
+            # so a deadline committed after it finds the plan set and wakes us if earlier.
             due = await self.ctx.db.read(next_deadline_ms)
             wait = IDLE_WAIT if due is None else (due - self._now_ms()) / 1000
             deadline = trio.current_time() + min(max(wait, 0.0), IDLE_WAIT)
-            audit_due = await self.ctx.db.read(next_lease_expiry)
             if audit_due is not None:
                 expiry = self.ctx.beacon.deadline_of(audit_due + 1)
                 # A round due by the wall clock but not ingested yet: look again a little later.
                 deadline = min(deadline, max(expiry, trio.current_time() + AUDIT_RECHECK))
+            hub.timers_plan_ms = self._now_ms() + math.ceil((deadline - trio.current_time()) * 1000)
             if isinstance(await hub.waiter.wait(TIMERS, deadline=deadline), Stopping):
                 await trio.sleep_forever()  # the daemon is stopping: cancelled right after

@@ -186,8 +186,7 @@ class ScoreFeed:
         }
         now_ms = int(self.ctx.wall.now() * 1000)
         hub = self.ctx.compute
-        events = await self.ctx.db.write(
+        await hub.write(
             partial(enqueue_scoring, now_ms=now_ms, settings=hub.settings), upload, steps
         )
-        hub.publish(events)
         return len(steps)

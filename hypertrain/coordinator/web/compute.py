@@ -19,14 +19,18 @@ shares, decoded and encoded by the one converter. Register (:class:`~hypertrain.
 RegisterRequest`) answers the node's public record plus ``key`` only when one was minted (the
 only time a key is ever sent).
 
-Lease: ``{capabilities, hardware, wait_ms?}``; the capabilities and hardware replace the node's
-stored ones. A disabled node gets 403 ``{detail, reenable_at_ms, reenable_at}``. Otherwise the
-request is held until a copy is granted (``{"job": LeaseGrant}``) or ``wait_ms`` (default and at
-most :data:`~hypertrain.compute.wire.LONG_POLL_MS`) passes (``{"job": null}``: never an instant
-empty answer unless the client asked for ``wait_ms = 0``); each wake-up re-runs the lease
-transaction, which assigns and writes the copy atomically. While the daemon stops: 503. A
-client that disconnects after the grant leaves the copy leased to nobody who will answer: it
-expires at its deadline, without a strike.
+Lease and result are served as plain ASGI in front of this app (:mod:`.leasepath`, with the
+same answers and bounds; listed here for the URL map). Lease: ``{capabilities, hardware,
+wait_ms?}`` in ONE write transaction with the key's authentication
+(:func:`~hypertrain.coordinator.flows.compute.lease_for_key`); the capabilities and hardware
+replace the node's stored ones. A disabled node gets 403 ``{detail, reenable_at_ms,
+reenable_at}``. Otherwise the request is held until a copy is granted (``{"job":
+LeaseGrant}``) or ``wait_ms`` (default and at most :data:`~hypertrain.compute.wire.
+LONG_POLL_MS`) passes (``{"job": null}``: never an instant empty answer unless the client asked
+for ``wait_ms = 0``); a copy queued meanwhile is leased to the longest-held poll by the
+transaction that queued it (:meth:`~hypertrain.coordinator.computehub.ComputeHub.write`). While
+the daemon stops: 503. A client that disconnects after the grant leaves the copy leased to
+nobody who will answer: it expires at its deadline, without a strike.
 
 Inputs: only the node holding the copy's lease, with its token, before the deadline (403
 otherwise, 404 unknown copy or name); every download of a hidden trace is logged and published
@@ -34,8 +38,9 @@ as a ``trace`` event naming the node. Result: a missing key is 401 before the bo
 then ONE write transaction authenticates the key and submits the body
 (:func:`~hypertrain.coordinator.flows.compute.receive_result`), and the book's answer is
 returned as is (200, or 410 for a late post that counts for nothing); 4xx errors change
-nothing. Every route hands the events of its transaction to
-:meth:`~hypertrain.coordinator.computehub.ComputeHub.publish`, which sends them on
+nothing. Every route runs its book transaction through
+:meth:`~hypertrain.coordinator.computehub.ComputeHub.write` (or hands its events to
+:meth:`~hypertrain.coordinator.computehub.ComputeHub.publish`), which sends them on
 ``/v1/events`` as kind ``compute`` and wakes the waiters they concern.
 
 Status: the online nodes only, one page at a time (:mod:`hypertrain.compute.status`):
@@ -58,7 +63,6 @@ from functools import partial
 from importlib import resources
 from typing import TYPE_CHECKING
 
-import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
@@ -66,8 +70,6 @@ from hypertrain.compute import (
     Node,
     authenticate,
     enqueue_step,
-    iso_ms,
-    lease,
     register_node,
     status,
     trace_event,
@@ -76,34 +78,27 @@ from hypertrain.compute.status import PAGE_DEFAULT, PAGE_MAX
 from hypertrain.compute.wire import (
     BODY_LIMIT,
     LEASE_HEADER,
-    LONG_POLL_MS,
     BenchmarkRequest,
-    DisabledAnswer,
-    LeaseAnswer,
-    LeaseRequest,
     RegisterRequest,
 )
-from hypertrain.coordinator.computehub import WORK
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.flows.compute import (
     benchmark_target,
     input_of,
     job_view,
-    receive_result,
 )
 from hypertrain.coordinator.web.auth import request_bearer, require_admin
 from hypertrain.coordinator.web.http import (
     json_response,
     object_response,
     read_body,
-    stopping_response,
 )
+from hypertrain.coordinator.web.leasepath import LEASE_PATH, serve_lease_path
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import AuthError, Conflict, Malformed
 from hypertrain.protocol.jcs import parse_json
 from hypertrain.protocol.validators import int_in, int_param
 from hypertrain.scoring.registry import STEP_THROUGHPUT
-from nurseries import Notified, Stopping
 
 if TYPE_CHECKING:
     from hypertrain.coordinator.web.app import AppParts
@@ -139,6 +134,12 @@ def _page() -> str:
     return resources.files("hypertrain.coordinator.web").joinpath("compute.html").read_text()
 
 
+async def served_in_front(copy_id: str | None = None) -> Response:
+    """The Quart view of the lease path's two routes, which :mod:`.leasepath` serves in front
+    of the app: listed here for the URL map (405 for other methods), never reached."""
+    raise RuntimeError(f"the lease path is served in front of the app, not by Quart ({copy_id})")
+
+
 def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     """Add the compute routes to ``app``."""
     hub = ctx.compute
@@ -167,52 +168,6 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         hub.publish(events)
         return json_response(unstructure(node.register_answer(minted)))
 
-    async def post_lease() -> Response:
-        if ctx.stopping.is_set():
-            return stopping_response()
-        node = await node_of()
-        req = structure(LeaseRequest, await _json())
-        now = _now_ms(ctx)
-        if node.disabled(now):
-            until = node.disabled_until_ms
-            disabled = DisabledAnswer(
-                detail=f"node {node.node_id} is disabled until {iso_ms(until)} (strikes today)",
-                reenable_at_ms=until,
-                reenable_at=iso_ms(until),
-            )
-            return json_response(unstructure(disabled), 403)
-        wait_ms = LONG_POLL_MS if req.wait_ms is None else req.wait_ms
-        deadline = trio.current_time() + wait_ms / 1000
-        hops = 0  # a wake this poll holds for a new copy (ComputeHub: hand it on if unused)
-        try:
-            while True:
-                grant, events = await ctx.db.write(
-                    partial(
-                        lease,
-                        node=node,
-                        capabilities=req.capabilities,
-                        hardware=req.hardware,
-                        now_ms=_now_ms(ctx),
-                        settings=hub.settings,
-                    )
-                )
-                hub.publish(events)
-                if grant is not None:
-                    hops = 0
-                if grant is not None or trio.current_time() >= deadline:
-                    return json_response(unstructure(LeaseAnswer(grant)))
-                hub.hand_on(hops)
-                hops = 0
-                woken = await hub.waiter.wait(WORK, deadline=deadline)
-                if isinstance(woken, Notified):
-                    hops = woken.value  # before any checkpoint: a cancel hands it on
-                if isinstance(woken, Stopping) or ctx.stopping.is_set():
-                    return stopping_response()
-                if not isinstance(woken, Notified):
-                    return json_response(unstructure(LeaseAnswer(None)))
-        finally:
-            hub.hand_on(hops)  # woken, then answered null at the deadline or cancelled
-
     async def get_input(copy_id: str, name: str) -> Response:
         node = await node_of()
         token = request.headers.get(LEASE_HEADER)
@@ -228,15 +183,6 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             )
             hub.publish([trace_event(node.node_id, challenge, "hidden")])
         return object_response(ctx.objects, sha256)
-
-    async def post_result(copy_id: str) -> Response:
-        key = key_of_request()
-        body = await read_body(BODY_LIMIT)
-        code, answer, events = await ctx.db.write(
-            partial(receive_result, settings=hub.settings), key, copy_id, body, _now_ms(ctx)
-        )
-        hub.publish(events)
-        return json_response(unstructure(answer), code)
 
     inputs = parts.inputs
 
@@ -255,7 +201,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             {"name": name, "sha256": sha, "size": size}
             for name, (sha, size) in zip(STEP_THROUGHPUT.inputs, (model, state, trace), strict=True)
         ]
-        job_id, events = await ctx.db.write(
+        job_id, _ = await hub.write(
             partial(
                 enqueue_step,
                 challenge_id=STEP_THROUGHPUT.id,
@@ -267,7 +213,6 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 settings=hub.settings,
             )
         )
-        hub.publish(events)
         return json_response({"job": job_id, "run_id": run_id, "w": w})
 
     async def get_job_view(job_id: str) -> Response:
@@ -284,12 +229,13 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         return Response(_page(), content_type="text/html; charset=utf-8")
 
     app.add_url_rule("/v1/compute/register", "compute.register", post_register, methods=["POST"])
-    app.add_url_rule("/v1/compute/jobs/lease", "compute.lease", post_lease, methods=["POST"])
+    app.asgi_app = serve_lease_path(app.asgi_app, ctx)  # type: ignore[method-assign,assignment]
+    app.add_url_rule(LEASE_PATH, "compute.lease", served_in_front, methods=["POST"])
     app.add_url_rule(
         "/v1/compute/jobs/<copy_id>/inputs/<name>", "compute.input", get_input, methods=["GET"]
     )
     app.add_url_rule(
-        "/v1/compute/jobs/<copy_id>/result", "compute.result", post_result, methods=["POST"]
+        "/v1/compute/jobs/<copy_id>/result", "compute.result", served_in_front, methods=["POST"]
     )
     app.add_url_rule("/v1/compute/status", "compute.status", get_status, methods=["GET"])
     app.add_url_rule("/v1/compute/steps/<job_id>", "compute.step", get_job_view, methods=["GET"])

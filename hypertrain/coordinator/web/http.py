@@ -32,7 +32,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final
 
 import trio
@@ -52,11 +52,14 @@ from hypertrain.store import ObjectStore
 __all__ = [
     "BODY_TIMEOUT",
     "HEADERS_LIMIT",
+    "INTERNAL_DETAIL",
     "JSON_CONTENT_TYPE",
     "RETRY_AFTER_STOPPING",
+    "STOPPING_DETAIL",
     "PathParamError",
     "U53Converter",
     "cached_json_response",
+    "check_header_size",
     "install_converters",
     "install_error_handlers",
     "json_response",
@@ -64,6 +67,8 @@ __all__ = [
     "read_body",
     "read_json",
     "stopping_response",
+    "too_large",
+    "too_slow",
 ]
 
 log = logging.getLogger(__name__)
@@ -75,7 +80,8 @@ RETRY_AFTER_STOPPING: Final = 5
 JSON_CONTENT_TYPE: Final = "application/json"
 HEADERS_LIMIT: Final = 16 * 1024
 """Bytes of request header names and values, in all, that a request may carry."""
-_INTERNAL: Final = "internal error"
+INTERNAL_DETAIL: Final = "internal error"
+"""The ``detail`` of every 500: what went wrong is in the log, never in the answer."""
 
 
 def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -110,16 +116,31 @@ def object_response(objects: ObjectStore, sha256: str) -> Response:
     return response
 
 
+STOPPING_DETAIL: Final = {"detail": "shutting down"}
+"""The 503 body of a request refused because the coordinator shuts down."""
+
+
 def stopping_response() -> Response:
     """503 ``{"detail": "shutting down"}`` with ``Retry-After``, for long polls and streams."""
-    return json_response(
-        {"detail": "shutting down"}, 503, headers={"Retry-After": str(RETRY_AFTER_STOPPING)}
-    )
+    return json_response(STOPPING_DETAIL, 503, headers={"Retry-After": str(RETRY_AFTER_STOPPING)})
 
 
-def _too_large(limit: int, size: int | None) -> PayloadTooLarge:
+def too_large(limit: int, size: int | None) -> PayloadTooLarge:
+    """The 413 of a body over ``limit`` (``size`` declared, or None: more arrived)."""
     got = "more" if size is None else f"{size} bytes"
     return PayloadTooLarge(f"request body over the limit of {limit} bytes (got {got})")
+
+
+def too_slow() -> Malformed:
+    """The 400 of a body that did not arrive within :data:`BODY_TIMEOUT`."""
+    return Malformed(f"request body not received within {BODY_TIMEOUT:g} s")
+
+
+def check_header_size(pairs: Iterable[tuple[str | bytes, str | bytes]]) -> None:
+    """:class:`HeadersTooLarge` (431) when the names and values add up past
+    :data:`HEADERS_LIMIT`."""
+    if sum(len(name) + len(value) for name, value in pairs) > HEADERS_LIMIT:
+        raise HeadersTooLarge(f"request headers over the limit of {HEADERS_LIMIT} bytes")
 
 
 async def read_body(limit: int) -> bytes:
@@ -131,7 +152,7 @@ async def read_body(limit: int) -> bytes:
     """
     declared = request.content_length
     if declared is not None and declared > limit:
-        raise _too_large(limit, declared)
+        raise too_large(limit, declared)
     parts: list[bytes] = []
     size = 0
     try:
@@ -139,12 +160,12 @@ async def read_body(limit: int) -> bytes:
             async for chunk in request.body:
                 size += len(chunk)
                 if size > limit:
-                    raise _too_large(limit, None)
+                    raise too_large(limit, None)
                 parts.append(chunk)
     except RequestEntityTooLarge:  # Quart's own bound (MAX_CONTENT_LENGTH) fired first
-        raise _too_large(limit, None) from None
+        raise too_large(limit, None) from None
     except trio.TooSlowError:
-        raise Malformed(f"request body not received within {BODY_TIMEOUT:g} s") from None
+        raise too_slow() from None
     return b"".join(parts)
 
 
@@ -215,7 +236,7 @@ async def _http_exception(error: HTTPException) -> Response:
     }
     detail = f"{status} {error.name}"
     if status >= 500 and status != 503:  # Quart's 500 for an error past the handler (module doc)
-        detail = _INTERNAL
+        detail = INTERNAL_DETAIL
     elif status == 404:
         detail = f"not found: {request.method} {request.path}"
     elif status == 405:
@@ -225,13 +246,11 @@ async def _http_exception(error: HTTPException) -> Response:
 
 async def _unexpected(error: Exception) -> Response:
     log.error("unhandled error in %s %s", request.method, request.path, exc_info=error)
-    return json_response({"detail": _INTERNAL}, 500)
+    return json_response({"detail": INTERNAL_DETAIL}, 500)
 
 
 async def _bounded_headers() -> None:
-    size = sum(len(name) + len(value) for name, value in request.headers.items())
-    if size > HEADERS_LIMIT:
-        raise HeadersTooLarge(f"request headers over the limit of {HEADERS_LIMIT} bytes")
+    check_header_size(request.headers.items())
 
 
 def install_error_handlers(app: QuartTrio) -> None:

@@ -1,0 +1,252 @@
+"""The compute lease path as plain ASGI in front of the Quart app (issue 17 goal 3).
+
+``POST /v1/compute/jobs/lease`` and ``POST /v1/compute/jobs/{id}/result`` are what every node
+calls in a loop; Quart's dispatch and response cost more than the routes' own work (py-spy:
+56% of the server's time), so :func:`serve_lease_path` serves these two (method and path
+exactly; anything else, ``GET`` on those paths included, goes to the Quart app unchanged,
+which still lists both routes: 405 for other methods) with every guarantee of a Quart route:
+
+- the same answers: :class:`~hypertrain.protocol.errors.ProtocolError` -> its status and
+  ``{"detail"}``; any other exception logged with its traceback and 500 ``{"detail":
+  "internal error"}`` (:mod:`.http`'s one mapping); ``trio.Cancelled`` is never caught;
+- the edge's bounds first: headers over :data:`~.http.HEADERS_LIMIT` are 431; the body is
+  bounded by :data:`~hypertrain.compute.wire.BODY_LIMIT` (413 on its ``Content-Length``
+  before reading, then counted) and must arrive within :data:`~.http.BODY_TIMEOUT` (400);
+- a missing or malformed node key is 401 before the body is read, and so is an unknown one
+  (a key seen once is remembered: keys never change and nodes are never removed);
+- early answers are made safe for keep-alive by ``serve_asgi``'s ``guard_unread_bodies``, as
+  every answer of the app is (DESIGN.md section 9);
+- ONE write transaction per request (:meth:`~hypertrain.coordinator.computehub.ComputeHub.
+  write`): a lease authenticates and leases together
+  (:func:`~hypertrain.coordinator.flows.compute.lease_for_key`), a result authenticates and
+  submits together (:func:`~hypertrain.coordinator.flows.compute.receive_result`); the body
+  is parsed once, inside it. A poll that got nothing is held (route doc in :mod:`.compute`):
+  it answers the copy handed to it, or ``{"job": null}`` at its ``wait_ms``, 503 when the
+  daemon stops, and it ends without an answer when the client disconnects.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from functools import partial
+from typing import Any, Final
+
+import trio
+
+from hypertrain.compute import LeaseAsk, LeaseGrant, Node, is_node_key, lease, secret_hash
+from hypertrain.compute.nodes import node_of_key
+from hypertrain.compute.wire import BODY_LIMIT, LONG_POLL_MS, LeaseAnswer, LeaseRequest
+from hypertrain.coordinator.computehub import Wake
+from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.flows.compute import lease_for_key, receive_result
+from hypertrain.coordinator.tokens import bearer_token
+from hypertrain.coordinator.web.answers import encode_json
+from hypertrain.coordinator.web.http import (
+    BODY_TIMEOUT,
+    INTERNAL_DETAIL,
+    JSON_CONTENT_TYPE,
+    RETRY_AFTER_STOPPING,
+    STOPPING_DETAIL,
+    check_header_size,
+    too_large,
+    too_slow,
+)
+from hypertrain.protocol.converter import unstructure
+from hypertrain.protocol.errors import AuthError, ProtocolError
+from nurseries import ASGIApp, Notified, Stopping, WaitResult
+
+__all__ = ["KNOWN_KEYS_LIMIT", "LEASE_PATH", "serve_lease_path"]
+
+log = logging.getLogger(__name__)
+
+LEASE_PATH: Final = "/v1/compute/jobs/lease"
+_RESULT_PATH: Final = re.compile(r"/v1/compute/jobs/([^/]+)/result")
+KNOWN_KEYS_LIMIT: Final = 1 << 16
+"""Node keys remembered as known (their sha256); past it the memory starts afresh."""
+_JSON: Final = (b"content-type", JSON_CONTENT_TYPE.encode())
+
+
+class _Gone(Exception):
+    """The client disconnected before it was answered: nobody to answer."""
+
+
+class _Stopping(Exception):
+    """The daemon stops: 503 with ``Retry-After``."""
+
+
+class _Exchange:
+    """One request of the lease path: its head, its body, its answer."""
+
+    def __init__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.scope = scope
+        self.receive = receive
+        self.send = send
+
+    def header(self, name: bytes) -> bytes | None:
+        for key, value in self.scope["headers"]:
+            if key.lower() == name:
+                return bytes(value)
+        return None
+
+    def node_key(self, *, well_formed: bool) -> str:
+        """The bearer node key: 401 when missing (and, asked for, when not a node key)."""
+        raw = self.header(b"authorization")
+        key = None if raw is None else bearer_token(raw.decode("latin-1"))
+        if key is None:
+            raise AuthError("a node key is required: Authorization: Bearer ht_...")
+        if well_formed and not is_node_key(key):
+            raise AuthError("malformed node key")
+        return key
+
+    async def body(self, limit: int) -> bytes:
+        """The body (module doc: 413 past ``limit``, 400 when too slow)."""
+        declared = self.header(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise too_large(limit, int(declared))
+        parts: list[bytes] = []
+        size = 0
+        with trio.move_on_after(BODY_TIMEOUT) as scope:
+            while True:
+                message = await self.receive()
+                if message["type"] == "http.disconnect":
+                    raise _Gone
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise too_large(limit, None)
+                parts.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(parts)
+        assert scope.cancelled_caught
+        raise too_slow()
+
+    async def answer(self, status: int, obj: Any, *extra: tuple[bytes, bytes]) -> None:
+        body = encode_json(obj)
+        headers = [_JSON, (b"content-length", str(len(body)).encode()), *extra]
+        await self.send({"type": "http.response.start", "status": status, "headers": headers})
+        await self.send({"type": "http.response.body", "body": body})
+
+    async def until_disconnect(self, scope: trio.CancelScope) -> None:
+        """Cancel ``scope`` when the client goes (the body was read: only that can come)."""
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+        scope.cancel()
+
+
+def serve_lease_path(app: ASGIApp, ctx: Coordinator) -> ASGIApp:
+    """``app`` with the lease path served in front of it (module doc)."""
+    hub = ctx.compute
+    known: set[str] = set()
+
+    def now_ms() -> int:
+        return int(ctx.wall.now() * 1000)
+
+    async def check_known(key: str) -> None:
+        digest = secret_hash(key)
+        if digest not in known:
+            await ctx.db.read(node_of_key, key)  # 401 unknown
+            if len(known) >= KNOWN_KEYS_LIMIT:
+                known.clear()
+            known.add(digest)
+
+    async def hold(exchange: _Exchange, node: Node, req: LeaseRequest) -> LeaseGrant | None:
+        """The long poll of a node that got nothing (route doc in :mod:`.compute`)."""
+        wait_ms = LONG_POLL_MS if req.wait_ms is None else req.wait_ms
+        deadline = trio.current_time() + wait_ms / 1000
+        ask = LeaseAsk(node, req.capabilities, req.hardware)
+        hops = 0  # a wake this poll holds for a new copy (ComputeHub: hand it on if unused)
+        try:
+            while trio.current_time() < deadline:
+                # Parked with no checkpoint since the lease transaction committed: a copy
+                # queued after it is handed to this poll (ComputeHub.write) or wakes it.
+                woken: WaitResult[Wake] | None = None
+                async with trio.open_nursery() as watch:
+                    watch.start_soon(exchange.until_disconnect, watch.cancel_scope)
+                    woken = await hub.hold(ask, deadline)
+                    watch.cancel_scope.cancel()
+                if woken is None:
+                    raise _Gone  # cancelled by until_disconnect while it waited
+                if isinstance(woken, Notified):
+                    if isinstance(woken.value, LeaseGrant):  # handed to it: leased already
+                        return woken.value
+                    hops = woken.value  # before any checkpoint: a cancel hands it on
+                if isinstance(woken, Stopping) or ctx.stopping.is_set():
+                    raise _Stopping
+                if not isinstance(woken, Notified):
+                    return None
+                grant, _ = await hub.write(
+                    partial(
+                        lease,
+                        node=node,
+                        capabilities=req.capabilities,
+                        hardware=req.hardware,
+                        now_ms=now_ms(),
+                        settings=hub.settings,
+                    )
+                )
+                if grant is not None:
+                    hops = 0
+                    return grant
+                hub.hand_on(hops)
+                hops = 0
+            return None
+        finally:
+            hub.hand_on(hops)  # woken, then answered null at the deadline or cancelled
+
+    async def post_lease(exchange: _Exchange) -> None:
+        if ctx.stopping.is_set():
+            raise _Stopping
+        key = exchange.node_key(well_formed=True)
+        await check_known(key)
+        body = await exchange.body(BODY_LIMIT)
+        node, req, outcome, _ = await hub.write(
+            partial(lease_for_key, settings=hub.settings), key, body, now_ms()
+        )
+        if outcome is not None and not isinstance(outcome, LeaseGrant):
+            await exchange.answer(403, unstructure(outcome))
+            return
+        if outcome is None and req.wait_ms != 0:
+            outcome = await hold(exchange, node, req)
+        await exchange.answer(200, unstructure(LeaseAnswer(outcome)))
+
+    async def post_result(exchange: _Exchange, copy_id: str) -> None:
+        key = exchange.node_key(well_formed=False)  # the rest in the transaction, after the body
+        body = await exchange.body(BODY_LIMIT)
+        code, answer, _ = await hub.write(
+            partial(receive_result, settings=hub.settings), key, copy_id, body, now_ms()
+        )
+        await exchange.answer(code, unstructure(answer))
+
+    async def serve(exchange: _Exchange, copy_id: str | None) -> None:
+        try:
+            check_header_size(exchange.scope["headers"])
+            if copy_id is None:
+                await post_lease(exchange)
+            else:
+                await post_result(exchange, copy_id)
+        except _Gone:
+            return
+        except _Stopping:
+            retry = (b"retry-after", str(RETRY_AFTER_STOPPING).encode())
+            await exchange.answer(503, STOPPING_DETAIL, retry)
+        except ProtocolError as e:
+            await exchange.answer(e.status, e.to_json())
+        except Exception as e:
+            scope = exchange.scope
+            log.error("unhandled error in %s %s", scope["method"], scope["path"], exc_info=e)
+            await exchange.answer(500, {"detail": INTERNAL_DETAIL})
+
+    async def lease_path(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            path = scope["path"]
+            if path == LEASE_PATH:
+                await serve(_Exchange(scope, receive, send), None)
+                return
+            found = _RESULT_PATH.fullmatch(path)
+            if found is not None:
+                await serve(_Exchange(scope, receive, send), found[1])
+                return
+        await app(scope, receive, send)
+
+    return lease_path
