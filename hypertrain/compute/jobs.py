@@ -31,7 +31,7 @@ from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import Malformed, NotFound
 from hypertrain.scoring.registry import Challenge, UnknownChallenge, get_challenge
 
-__all__ = ["canonical_subject", "enqueue_step", "job_scores", "pending_fallbacks"]
+__all__ = ["canonical_subject", "enqueue_step", "job_scores", "pending_fallbacks", "queued_event"]
 
 _FIRST_COPIES: Final = 2
 
@@ -108,8 +108,13 @@ def enqueue_step(
             " VALUES (?, ?, ?, 'queued', ?)",
             (f"{job_id}.{seq}", job_id, seq, now_ms),
         )
-    queued = {"job": job_id, "challenge": challenge_id, "trace": step, "copies": _FIRST_COPIES}
-    return job_id, [("queued", queued)]
+    return job_id, [queued_event(job_id, challenge_id, step, _FIRST_COPIES)]
+
+
+def queued_event(job_id: str, challenge: str, step: str, copies: int) -> Event:
+    """The ``queued`` event of ``copies`` copies of a job made leasable (the hub wakes that
+    many polls: :func:`hypertrain.coordinator.computehub.new_copies`); its one builder."""
+    return "queued", {"job": job_id, "challenge": challenge, "trace": step, "copies": copies}
 
 
 def job_scores(conn: sqlite3.Connection, subject: Mapping[str, Any]) -> list[Job]:

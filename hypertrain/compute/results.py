@@ -33,6 +33,7 @@ import json
 import sqlite3
 
 from hypertrain.compute.answers import Answer, answer_of
+from hypertrain.compute.jobs import queued_event
 from hypertrain.compute.keys import secret_matches
 from hypertrain.compute.ledger import set_verdict
 from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event, Node, iso_ms
@@ -128,12 +129,7 @@ def submit_result(
         requeued: list[Event] = []
         if job.state == "queued":
             queue_copy(conn, job, challenge, now_ms, settings, fresh_window=False)
-            requeued.append(
-                (
-                    "queued",
-                    {"job": job.job_id, "challenge": job.challenge, "trace": job.step, "copies": 1},
-                )
-            )
+            requeued.append(queued_event(job.job_id, job.challenge, job.step, 1))
         return _respond(conn, copy_id, ResultStatus(copy=copy_id, status="released"), requeued)
     _record(conn, copy, answer, "answered", now_ms)
     answered = counted(conn, job.job_id)
