@@ -23,6 +23,10 @@ hotkeys in any flag.
 2. *Exact values for candidates only*: a pair flagged by its overlap, or whose estimate is above
    ``0.95 - margin``, gets its exact dot and norms (:mod:`.exact`) and the flag test of the
    definition. Other pairs cannot be flagged.
+
+The merge passes the raw deltas with their preclip scales (``prescale``): each pass scales what it
+reads (one row at a time for the top-k sets, one chunk at a time for the Gram product, a
+candidate's row for its exact values), the bits of the preclipped deltas without a copy of them.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from hypertrain.aggregator.bounded import prescaled
 from hypertrain.aggregator.exact import fsum_dot, fsum_squares
 from hypertrain.aggregator.screenpass import cosine_bounds, overlap_counts
 from hypertrain.protocol.f32 import f32_hex
@@ -88,38 +93,46 @@ def _flat(parts: list[F32Array], out: F32Array | None = None) -> F32Array:
 
 def copy_screen(
     deltas: Mapping[str, Mapping[str, F32Array]],
+    *,
+    prescale: Mapping[str, np.float32] | None = None,
 ) -> tuple[tuple[CopyFlag, ...], tuple[str, ...]]:
-    """``(copy_flags, raise_q)`` over preclipped deltas with equal names and shapes."""
+    """``(copy_flags, raise_q)`` over preclipped deltas with equal names and shapes. With
+    ``prescale``, the preclipped delta of ``hk`` is ``f32(x * prescale[hk])`` element by element
+    (:func:`.bounded.prescaled`), computed where a chunk is read, never laid out whole."""
     ids = sorted(deltas, key=lambda s: s.encode("utf-8"))
     if len(ids) < 2:
         return (), ()
     rows = _rows(deltas, ids)
+    one = np.float32(1)
+    scales = [one if prescale is None else prescale[hk] for hk in ids]
     m, size = len(rows), sum(int(part.size) for part in rows[0])
     k = top_k_size(size)
     buf = np.empty(size, dtype=np.float32)
     tops: list[npt.NDArray[np.int64]] = []
     peaks: list[float] = []
-    for parts in rows:  # one row laid out at a time: no m x size copy of the deltas
-        flat = _flat(parts, buf)
+    for parts, scale in zip(rows, scales, strict=True):  # one row at a time: no m x size copy
+        flat = prescaled(_flat(parts, buf), scale, buf)
         tops.append(top_k(flat, k))
         peaks.append(float(np.abs(flat[tops[-1]]).max()) if size else 0.0)
     counts = overlap_counts(tops, m)
-    q, margin = cosine_bounds(rows, peaks, COSINE_LIMIT)
+    q, margin = cosine_bounds(rows, peaks, COSINE_LIMIT, scales)
     by_overlap = counts / k > OVERLAP_LIMIT
     maybe = np.triu(by_overlap | (q > COSINE_LIMIT - margin) | ~np.isfinite(q), 1)
     norms: dict[int, float] = {}
 
+    def row(i: int) -> F32Array:
+        flat = _flat(rows[i])
+        return prescaled(flat, scales[i], np.empty_like(flat))
+
     def exact_norm(i: int) -> float:
         if i not in norms:
-            norms[i] = math.sqrt(fsum_squares(_flat(rows[i])))
+            norms[i] = math.sqrt(fsum_squares(row(i)))
         return norms[i]
 
     flags: list[CopyFlag] = []
     for a, b in zip(*np.nonzero(maybe), strict=True):
         na, nb = exact_norm(int(a)), exact_norm(int(b))
-        cosine = (
-            0.0 if na == 0.0 or nb == 0.0 else fsum_dot(_flat(rows[a]), _flat(rows[b])) / (na * nb)
-        )
+        cosine = 0.0 if na == 0.0 or nb == 0.0 else fsum_dot(row(a), row(b)) / (na * nb)
         overlap = int(counts[a, b])
         if overlap / k > OVERLAP_LIMIT or cosine > COSINE_LIMIT:
             hk_a, hk_b = ids[int(a)], ids[int(b)]

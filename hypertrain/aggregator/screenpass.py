@@ -15,7 +15,9 @@ much as ``m**2 / DENSE`` multiply-adds of the product. Independent deltas share 
 of 2 or 3), similar ones (honest miners on one data set) share many: counted pair by pair, 256
 correlated miners cost 0.9 s, as columns 0.2 s; the counts are the same integers either way.
 
-**Cosine bounds** (:func:`cosine_bounds`). Each row is scaled by a power of two that takes its
+**Cosine bounds** (:func:`cosine_bounds`). A row is the preclipped delta: given a ``prescale``,
+its elements are ``f32(x * s)``, computed as each chunk is gathered (:func:`.bounded.prescaled`),
+so these are the recorded values themselves. Each row is scaled by a power of two that takes its
 largest ``|x|`` into ``[1, 2)`` (exact, except that an element landing below float32's normal
 range rounds, by at most ``2**-150``, against a row norm of at least 1; IEEE-754 gradual
 underflow, which the merge's own arithmetic assumes). Scaled entries are below 2, so nothing
@@ -60,6 +62,7 @@ import numpy as np
 import numpy.typing as npt
 from threadpoolctl import ThreadpoolController
 
+from hypertrain.aggregator.bounded import prescaled
 from hypertrain.trainer.codec import F32Array
 
 __all__ = ["BLOCK", "DENSE", "GATHER", "STAGES", "cosine_bounds", "overlap_counts"]
@@ -170,8 +173,14 @@ def _spans(sizes: Sequence[int], width: int) -> Iterator[tuple[list[Piece], int]
 class _Gather:
     """Chunks of :data:`GATHER` columns of the scaled rows, one chunk of chosen rows at a time."""
 
-    def __init__(self, rows: Sequence[Sequence[F32Array]], peaks: Sequence[float]) -> None:
+    def __init__(
+        self,
+        rows: Sequence[Sequence[F32Array]],
+        peaks: Sequence[float],
+        prescale: Sequence[np.float32],
+    ) -> None:
         self.rows = rows
+        self.prescale = prescale
         self.chunks = list(_spans([int(part.size) for part in rows[0]], GATHER))
         self.first, second = _row_scales(peaks)
         self.second = second
@@ -182,11 +191,10 @@ class _Gather:
         pieces, columns = self.chunks[c]
         out = self.buf[: which.size, :columns]
         for j, i in enumerate(which.tolist()):
-            parts = self.rows[i]
+            parts, pre = self.rows[i], self.prescale[i]
             for part, start, stop, at in pieces:
-                np.multiply(
-                    parts[part][start:stop], self.first[i], out=out[j, at : at + stop - start]
-                )
+                to = out[j, at : at + stop - start]
+                np.multiply(prescaled(parts[part][start:stop], pre, to), self.first[i], out=to)
         small = np.flatnonzero(self.second[which] != 1)
         if small.size:
             out[small] *= self.second[which[small], None]
@@ -207,14 +215,19 @@ def _ratio(num: F64Array, a: F64Array, b: F64Array) -> F64Array:
 
 
 def cosine_bounds(
-    rows: Sequence[Sequence[F32Array]], peaks: Sequence[float], limit: float
+    rows: Sequence[Sequence[F32Array]],
+    peaks: Sequence[float],
+    limit: float,
+    prescale: Sequence[np.float32] | None = None,
 ) -> tuple[F64Array, float]:
     """``(q, margin)`` over ``rows`` (each the 1-d parts of a flattened row, equal sizes across
     rows; ``peaks`` their largest ``|x|``): the recorded cosine of rows ``a < b`` is at most
     ``q[a, b] + margin``, and within ``margin`` of ``q[a, b]`` when ``q[a, b] > limit - margin``
-    (module doc). The rows are never laid out whole."""
+    (module doc). With ``prescale``, row ``i`` is ``f32(x * prescale[i])`` element by element
+    (the preclip, :func:`.bounded.prescaled`; ``peaks`` are the scaled rows'). The rows are never
+    laid out whole."""
     m = len(rows)
-    gather = _Gather(rows, peaks)
+    gather = _Gather(rows, peaks, [np.float32(1)] * m if prescale is None else prescale)
     everyone = np.arange(m, dtype=np.int64)
     n = len(gather.chunks)
     width = min(BLOCK, max(sum(int(part.size) for part in rows[0]), 1))
