@@ -4,16 +4,18 @@
 everything here is exact or carries a bound, so the screen's result is the definition's, bit for
 bit, on any machine. ``m`` rows (one per contribution), ``size`` columns.
 
-**Overlap counts** (:func:`overlap_counts`, exact integers). The ``m`` top-k sets go into one
-array of keys ``index * m + row``, sorted once; equal indices then sit together in runs, in row
-order. A run of ``r`` rows adds one to each of its ``r (r - 1) / 2`` pairs. Short runs are
-counted pair by pair (``np.bincount`` over rows ``j`` and ``j + gap`` of the same run, one gap at
-a time); a long run costs less as a column of a 0/1 matrix ``T`` whose product ``T T^T`` (float32,
-:data:`BLOCK` columns per call, so every entry is an integer below ``2**24``: exact) counts all
-its pairs at once. A run is long when ``r (r - 1) > m**2 / DENSE``: there a pair costs about as
-much as ``m**2 / DENSE`` multiply-adds of the product. Independent deltas share few indices (runs
-of 2 or 3), similar ones (honest miners on one data set) share many: counted pair by pair, 256
-correlated miners cost 0.9 s, as columns 0.2 s; the counts are the same integers either way.
+**Overlap counts** (:func:`overlap_counts`, exact integers). The index range is cut into pieces
+holding about :data:`KEYS` of the ``m`` top-k sets' indices; in each, the indices go into one array
+of keys ``index * 2**s + row`` (``2**s >= m``), sorted once; equal indices then sit together in
+runs, in row order (a run never spans two pieces, and the pieces' counts add up). A run of ``r``
+rows adds one to each of its ``r (r - 1) / 2`` pairs. Short runs are counted pair by pair
+(``np.bincount`` over rows ``j`` and ``j + gap`` of the same run, one gap at a time); a long run
+costs less as a column of a 0/1 matrix ``T`` whose product ``T T^T`` (float32, :data:`BLOCK` columns
+per call, so every entry is an integer below ``2**24``: exact) counts all its pairs at once. A run
+is long when ``r (r - 1) > m**2 / DENSE``: there a pair costs about as much as ``m**2 / DENSE``
+multiply-adds of the product. Independent deltas share few indices (runs of 2 or 3), similar ones
+(honest miners on one data set) share many: counted pair by pair, 256 correlated miners cost 0.9 s,
+as columns 0.2 s; the counts are the same integers either way.
 
 **Cosine bounds** (:func:`cosine_bounds`). A row is the preclipped delta: given a ``prescale``,
 its elements are ``f32(x * s)``, computed as each chunk is gathered (:func:`.bounded.prescaled`),
@@ -65,7 +67,7 @@ from threadpoolctl import ThreadpoolController
 from hypertrain.aggregator.bounded import prescaled
 from hypertrain.trainer.codec import F32Array
 
-__all__ = ["BLOCK", "DENSE", "GATHER", "STAGES", "cosine_bounds", "overlap_counts"]
+__all__ = ["BLOCK", "DENSE", "GATHER", "KEYS", "STAGES", "cosine_bounds", "overlap_counts"]
 
 BLOCK = 1 << 12
 """Columns per product call: the float32 buffers stay small, and ``e`` stays near ``2**-11``."""
@@ -80,6 +82,9 @@ DENSE = 1 << 10
 """A run of ``r`` rows sharing an index is counted as a product column when
 ``r (r - 1) > m**2 / DENSE`` (module doc)."""
 
+KEYS = 1 << 18
+"""Top-k keys sorted at a time by :func:`overlap_counts` (2 MB of int64: cache-sized)."""
+
 I64Array = npt.NDArray[np.int64]
 F64Array = npt.NDArray[np.float64]
 
@@ -92,34 +97,60 @@ def _blas() -> ThreadpoolController:
 
 
 def overlap_counts(tops: list[I64Array], m: int) -> I64Array:
-    """``(m, m)`` counts of the top-k indices rows ``a < b`` share (upper triangle; the rest 0)."""
+    """``(m, m)`` counts of the top-k indices rows ``a < b`` share (upper triangle; the rest 0);
+    each of ``tops`` sorted increasing. Counted over pieces of the index range of about
+    :data:`KEYS` keys (module doc): the arrays stay cache-sized (at 256 x 1M parameters the
+    unpieced count made a few hundred MB of temporaries a round, each first touch a page fault)."""
+    counts = np.zeros((m, m), dtype=np.int64)
+    total = sum(t.size for t in tops)
+    if not total:
+        return counts
+    top = max(int(t[-1]) for t in tops if t.size) + 1
+    width = -(-top // -(-total // KEYS))
+    edges = np.arange(0, top + width, width)  # the last is at least top
+    cuts = [np.searchsorted(t, edges) for t in tops]
+    long_rows: list[I64Array] = []
+    long_runs: list[I64Array] = []
+    for p in range(edges.size - 1):
+        pairs, rows, runs = _piece([t[c[p] : c[p + 1]] for t, c in zip(tops, cuts, strict=True)], m)
+        counts += pairs
+        long_rows.append(rows)
+        long_runs.append(runs)
+    counts += _columns(np.concatenate(long_rows), np.concatenate(long_runs), m)
+    return np.triu(counts, 1)
+
+
+def _piece(tops: list[I64Array], m: int) -> tuple[I64Array, I64Array, I64Array]:
+    """``(counts, rows, runs)`` over the indices in ``tops``: the short runs' counts, pair by
+    pair; the long runs' rows, run after run, and their lengths (for :func:`_columns`)."""
+    shift = max(m - 1, 1).bit_length()  # keys index * 2**shift + row: rows below 2**shift
     rows = np.repeat(np.arange(m, dtype=np.int64), [t.size for t in tops])
-    if not rows.size:
-        return np.zeros((m, m), dtype=np.int64)
-    keys = np.concatenate(tops) * m + rows
+    keys = np.concatenate(tops)
+    keys <<= shift
+    keys |= rows
     keys.sort()
-    index, row = keys // m, keys % m
+    index, row = keys >> shift, keys & ((1 << shift) - 1)
     starts = np.flatnonzero(np.concatenate([[True], index[1:] != index[:-1]]))
     runs = np.diff(np.append(starts, keys.size))
     long_run = runs * (runs - 1) > (m * m) // DENSE
     long_key = np.repeat(long_run, runs)
-    counts = _pairwise(index[~long_key], row[~long_key], m)
-    counts += _columns(row[long_key], runs[long_run], m)
-    return np.triu(counts, 1)
+    short = ~long_key
+    return _pairwise(index[short], row[short], m), row[long_key], runs[long_run]
 
 
 def _pairwise(index: I64Array, row: I64Array, m: int) -> I64Array:
     """Counts of rows sharing an index, pair by pair (``index`` sorted, rows increasing within)."""
-    counts = np.zeros(m * m, dtype=np.int64)
     n = index.size
     at = np.flatnonzero(index[1:] == index[:-1])  # positions j sharing with j + 1
     gap = 1
+    codes: list[I64Array] = [np.empty(0, dtype=np.int64)]
     while at.size:
-        counts += np.bincount(row[at] * m + row[at + gap], minlength=m * m)
+        codes.append(row[at] * m + row[at + gap])
         at = at[at + gap + 1 < n]
         at = at[index[at] == index[at + gap + 1]]
         gap += 1
-    return counts.reshape(m, m)
+    counts: I64Array = np.bincount(np.concatenate(codes), minlength=m * m).reshape(m, m)
+    return counts
 
 
 def _columns(row: I64Array, runs: I64Array, m: int) -> I64Array:

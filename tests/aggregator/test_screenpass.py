@@ -139,6 +139,39 @@ def test_overlap_counts_are_exact_by_pairs_and_by_columns(
     assert (got == _brute(tops, len(tops))).all()
 
 
+@settings(max_examples=200)
+@given(
+    st.integers(1, 30).flatmap(
+        lambda m: st.lists(
+            st.lists(st.integers(0, 200), max_size=30, unique=True), min_size=m, max_size=m
+        )
+    ),
+    st.sampled_from([1, 3, 7, 64]),
+    st.sampled_from([1, 1 << 20]),
+)
+def test_overlap_counts_are_exact_over_pieces_of_the_index_range(
+    sets: list[list[int]], keys: int, dense: int
+) -> None:
+    tops = [np.array(sorted(s), dtype=np.int64) for s in sets]
+    pieces: list[int] = []
+    real = screenpass._piece
+
+    def piece(part: list[np.ndarray], m: int) -> np.ndarray:
+        pieces.append(sum(t.size for t in part))
+        return real(part, m)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(screenpass, "KEYS", keys)
+        mp.setattr(screenpass, "DENSE", dense)
+        mp.setattr(screenpass, "_piece", piece)
+        got = overlap_counts(tops, len(tops))
+    assert (got == _brute(tops, len(tops))).all()
+    assert sum(pieces) == sum(t.size for t in tops)  # every key counted in exactly one piece
+    total = sum(t.size for t in tops)
+    if total > keys and max(int(t[-1]) for t in tops if t.size) >= 1:
+        assert len(pieces) > 1
+
+
 def test_long_runs_are_counted_as_product_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     shared = np.arange(0, 3000, 3, dtype=np.int64)
     tops = [np.sort(np.concatenate([shared, 5000 + 2 * np.arange(i, i + 50)])) for i in range(64)]
