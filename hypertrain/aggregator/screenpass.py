@@ -285,7 +285,11 @@ def cosine_bounds(
             pairs = np.ix_(active, active)
             for c in order[done:end].tolist():
                 for block in _blocks(gather.chunk(c, active)):
-                    gram[pairs] += block @ block.T  # float32 entries, widened exactly
+                    product = block @ block.T  # float32 entries, widened exactly by the add
+                    if active.size == m:
+                        gram += product  # the same additions, without gathering all m**2
+                    else:
+                        gram[pairs] += product
             done = end
             rest = sq[order[done:]].sum(axis=0)
             bound = _ratio(gram + np.sqrt(np.outer(rest, rest)), total, total)
