@@ -17,9 +17,10 @@ hotkeys in any flag.
 
 **How it is computed** (the result is exactly the definition's, on any machine):
 
-1. *A fast pass* (:mod:`.screenpass`): the exact overlap counts, from one sort of all top-k
-   indices; and for every pair an upper bound on its cosine from a staged float32 Gram product
-   (pairs that cannot reach 0.95 drop out early), with a proven error (``margin``, about 0.002).
+1. *A fast pass* (:mod:`.screenpass`): the exact overlap counts, from sorted top-k indices; and
+   for every pair an upper bound on its cosine from a staged float32 Gram product (pairs that
+   cannot reach 0.95 drop out early), with a proven error (``margin``, about 0.002). Each row is
+   laid out once, for its top-k set and its sums of squares per chunk (the product's first pass).
 2. *Exact values for candidates only*: a pair flagged by its overlap, or whose estimate is above
    ``0.95 - margin``, gets its exact dot and norms (:mod:`.exact`) and the flag test of the
    definition. Other pairs cannot be flagged.
@@ -40,7 +41,7 @@ import numpy.typing as npt
 
 from hypertrain.aggregator.bounded import prescaled
 from hypertrain.aggregator.exact import fsum_dot, fsum_squares
-from hypertrain.aggregator.screenpass import cosine_bounds, overlap_counts
+from hypertrain.aggregator.screenpass import cosine_bounds, overlap_counts, row_squares
 from hypertrain.protocol.f32 import f32_hex
 from hypertrain.trainer.codec import F32Array
 
@@ -131,12 +132,14 @@ def copy_screen(
     buf, scratch = np.empty(size, dtype=np.float32), np.empty(size, dtype=np.float32)
     tops: list[npt.NDArray[np.int64]] = []
     peaks: list[float] = []
+    squares: list[npt.NDArray[np.float64]] = []
     for parts, scale in zip(rows, scales, strict=True):  # one row at a time: no m x size copy
         flat = prescaled(_flat(parts, buf), scale, buf)
         tops.append(top_k(flat, k, scratch))
         peaks.append(float(np.abs(flat[tops[-1]]).max()) if size else 0.0)
+        squares.append(row_squares(flat, peaks[-1], scratch))  # while the row is in cache
     counts = overlap_counts(tops, m)
-    q, margin = cosine_bounds(rows, peaks, COSINE_LIMIT, scales)
+    q, margin = cosine_bounds(rows, peaks, COSINE_LIMIT, scales, np.stack(squares, axis=1))
     by_overlap = counts / k > OVERLAP_LIMIT
     maybe = np.triu(by_overlap | (q > COSINE_LIMIT - margin) | ~np.isfinite(q), 1)
     norms: dict[int, float] = {}

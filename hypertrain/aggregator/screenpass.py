@@ -35,20 +35,21 @@ dot over a set of columns is within ``e * sum|a_i b_i| + t <= e |a_S| |b_S| + t`
 one (``a_S`` the row on those columns, ``t < 2**-100 |a| |b|``), a sum of squares within
 ``e |a_S|**2 + t``. A cosine does not change with the scale.
 
-First one pass sums each row's squares per chunk of :data:`GATHER` columns. Then the Gram
-product runs over the chunks, those holding the largest share of the rows' squares first, in
-:data:`STAGES`; after each, with ``P`` the columns done and ``R`` the rest, the real cosine is
+First one pass sums each row's squares per chunk of :data:`GATHER` columns (or the caller does, row
+by row, with :func:`row_squares`, while it has each row laid out in cache for its top-k set). Then
+the Gram product runs over the chunks, those holding the largest share of the rows' squares first,
+in :data:`STAGES`; after each, with ``P`` the columns done and ``R`` the rest, the real cosine is
 ``(dot_P(a, b) + dot_R(a, b)) / (|a| |b|) <= (dot_P(a, b) + |a_R| |b_R|) / (|a| |b|)``
-(Cauchy-Schwarz), and its computed value ``q`` is within ``3e`` of that bound (for
-``e < 2**-10``: the numerator's errors add to at most ``e (|a_P| |b_P| + |a_R| |b_R|) <=
-e |a| |b|``, the denominator's are relative ``e``). The recorded cosine (a few roundings of
-exact values) is within ``10 * 2**-53`` of the real one, so a pair whose ``q`` is at most
-``limit - margin``, with ``margin = 4e + 2**-40``, cannot be flagged by its cosine, and drops
-out; later stages gather only rows with an open pair. Independent deltas (cosine near 0) drop
-out after the first sixteenth of the columns, honest similar ones (cosine 0.5) after the first
-eighth; a pair open to the end has ``R`` empty, and ``q`` is then the cosine estimate, within
-``3e`` both ways. With ``B = 2**12``, ``margin`` is about ``0.002``: a float32 product at twice
-the float64 speed, and a margin far below the distance of independent deltas from 0.95.
+(Cauchy-Schwarz), and its computed value ``q`` is within ``3e`` of that bound (for ``e < 2**-10``:
+the numerator's errors add to at most ``e (|a_P| |b_P| + |a_R| |b_R|) <= e |a| |b|``, the
+denominator's are relative ``e``). The recorded cosine (a few roundings of exact values) is within
+``10 * 2**-53`` of the real one, so a pair whose ``q`` is at most ``limit - margin``, with ``margin
+= 4e + 2**-40``, cannot be flagged by its cosine, and drops out; later stages gather only rows with
+an open pair. Independent deltas (cosine near 0) drop out after the first sixteenth of the columns,
+honest similar ones (cosine 0.5) after the first eighth; a pair open to the end has ``R`` empty, and
+``q`` is then the cosine estimate, within ``3e`` both ways. With ``B = 2**12``, ``margin`` is about
+``0.002``: a float32 product at twice the float64 speed, and a margin far below the distance of
+independent deltas from 0.95.
 
 Both products run on one BLAS thread: they are small and many, and a threaded BLAS on a busy
 machine (the daemon's other work, its neighbours) spins: 64 x 1M took 93 s instead of 14.
@@ -67,7 +68,16 @@ from threadpoolctl import ThreadpoolController
 from hypertrain.aggregator.bounded import prescaled
 from hypertrain.trainer.codec import F32Array
 
-__all__ = ["BLOCK", "DENSE", "GATHER", "KEYS", "STAGES", "cosine_bounds", "overlap_counts"]
+__all__ = [
+    "BLOCK",
+    "DENSE",
+    "GATHER",
+    "KEYS",
+    "STAGES",
+    "cosine_bounds",
+    "overlap_counts",
+    "row_squares",
+]
 
 BLOCK = 1 << 12
 """Columns per product call: the float32 buffers stay small, and ``e`` stays near ``2**-11``."""
@@ -245,18 +255,43 @@ def _ratio(num: F64Array, a: F64Array, b: F64Array) -> F64Array:
     return out
 
 
+def row_squares(flat: F32Array, peak: float, scratch: F32Array) -> F64Array:
+    """The first pass of :func:`cosine_bounds` over one row laid out whole (``flat``, its largest
+    ``|x|`` ``peak``): per chunk of :data:`GATHER` columns, the float64 sum, block after block,
+    of the float32 sums of squares over its blocks of :data:`BLOCK` columns of the row scaled
+    by its power of two (module doc). ``scratch`` (float32, at least as long) holds that row."""
+    first, second = _row_scales([peak])[:, 0]
+    n = flat.size
+    scaled = np.multiply(flat, first, out=scratch[:n])
+    if second != 1:
+        scaled *= second
+    full = n - n % BLOCK
+    sums = np.zeros(-(-n // GATHER) * (GATHER // BLOCK), dtype=np.float64)  # per block
+    rows = scaled[:full].reshape(-1, BLOCK)
+    sums[: rows.shape[0]] = np.einsum("ij,ij->i", rows, rows)  # float32 sums, widened exactly
+    if full < n:
+        tail = scaled[full:]
+        sums[rows.shape[0]] = np.einsum("i,i->", tail, tail)
+    out = np.zeros(-(-n // GATHER), dtype=np.float64)
+    for j in range(GATHER // BLOCK):  # block j of each chunk, in order (absent blocks add 0)
+        out += sums[j :: GATHER // BLOCK]
+    return out
+
+
 def cosine_bounds(
     rows: Sequence[Sequence[F32Array]],
     peaks: Sequence[float],
     limit: float,
     prescale: Sequence[np.float32] | None = None,
+    squares: F64Array | None = None,
 ) -> tuple[F64Array, float]:
     """``(q, margin)`` over ``rows`` (each the 1-d parts of a flattened row, equal sizes across
     rows; ``peaks`` their largest ``|x|``): the recorded cosine of rows ``a < b`` is at most
     ``q[a, b] + margin``, and within ``margin`` of ``q[a, b]`` when ``q[a, b] > limit - margin``
     (module doc). With ``prescale``, row ``i`` is ``f32(x * prescale[i])`` element by element
-    (the preclip, :func:`.bounded.prescaled`; ``peaks`` are the scaled rows'). The rows are never
-    laid out whole."""
+    (the preclip, :func:`.bounded.prescaled`; ``peaks`` are the scaled rows'). ``squares``, when
+    given, is column ``i`` = :func:`row_squares` of row ``i``: the first pass, made by a caller
+    that laid each row out whole anyway; here the rows are never laid out whole."""
     m = len(rows)
     gather = _Gather(rows, peaks, [np.float32(1)] * m if prescale is None else prescale)
     everyone = np.arange(m, dtype=np.int64)
@@ -265,9 +300,9 @@ def cosine_bounds(
     blocks = sum(-(-columns // BLOCK) for _, columns in gather.chunks)
     e = 2 * width * 2.0**-24 + (blocks + 1) * 2.0**-52
     margin = 4.0 * e + 2.0**-40 if e < 2.0**-10 else math.inf
-    sq = np.zeros((n, m), dtype=np.float64)  # chunk c's sum of squares of row i
+    sq = np.zeros((n, m), dtype=np.float64) if squares is None else squares  # chunk c, row i
     with _blas().limit(limits=1, user_api="blas"):
-        for c in range(n):
+        for c in range(n if squares is None else 0):
             for block in _blocks(gather.chunk(c, everyone)):
                 sq[c] += np.einsum("ij,ij->i", block, block)  # float32 sums, widened exactly
         total = sq.sum(axis=0)
