@@ -41,7 +41,7 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["CHUNK", "SquareSum", "decide", "scale_for", "segments"]
+__all__ = ["CHUNK", "SquareSum", "decide", "prescaled", "scale_for", "segments"]
 
 CHUNK = 1 << 15
 """Elements per chunk of the merge's loops: float32 and float64 buffers stay in the CPU cache."""
@@ -120,3 +120,15 @@ def segments(
         n = int(arrays[name].size)
         for start in range(0, n, size):
             yield name, slice(start, min(start + size, n))
+
+
+def prescaled(chunk: F32Array, scale: np.float32, out: F32Array) -> F32Array:
+    """``chunk`` as the preclip leaves it: ``f32(x * scale)`` per element (one float32
+    multiplication), written to ``out`` (``chunk``'s shape; it may be ``chunk`` itself), or
+    ``chunk`` untouched when ``scale`` is 1 (``x * 1 == x`` bit for bit for every finite float32;
+    the merge takes finite deltas only). Lets the merge apply the preclip where it reads a chunk
+    instead of keeping a scaled copy of every clipped delta."""
+    if scale == _ONE:
+        return chunk
+    np.multiply(chunk, scale, out=out)
+    return out

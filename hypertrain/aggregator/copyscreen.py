@@ -17,12 +17,17 @@ hotkeys in any flag.
 
 **How it is computed** (the result is exactly the definition's, on any machine):
 
-1. *A fast pass* (:mod:`.screenpass`): the exact overlap counts, from one sort of all top-k
-   indices; and for every pair an upper bound on its cosine from a staged float32 Gram product
-   (pairs that cannot reach 0.95 drop out early), with a proven error (``margin``, about 0.002).
+1. *A fast pass* (:mod:`.screenpass`): the exact overlap counts, from sorted top-k indices; and
+   for every pair an upper bound on its cosine from a staged float32 Gram product (pairs that
+   cannot reach 0.95 drop out early), with a proven error (``margin``, about 0.002). Each row is
+   laid out once, for its top-k set and its sums of squares per chunk (the product's first pass).
 2. *Exact values for candidates only*: a pair flagged by its overlap, or whose estimate is above
    ``0.95 - margin``, gets its exact dot and norms (:mod:`.exact`) and the flag test of the
    definition. Other pairs cannot be flagged.
+
+The merge passes the raw deltas with their preclip scales (``prescale``): each pass scales what it
+reads (one row at a time for the top-k sets, one chunk at a time for the Gram product, a
+candidate's row for its exact values), the bits of the preclipped deltas without a copy of them.
 """
 
 from __future__ import annotations
@@ -34,8 +39,9 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from hypertrain.aggregator.bounded import prescaled
 from hypertrain.aggregator.exact import fsum_dot, fsum_squares
-from hypertrain.aggregator.screenpass import cosine_bounds, overlap_counts
+from hypertrain.aggregator.screenpass import cosine_bounds, overlap_counts, row_squares
 from hypertrain.protocol.f32 import f32_hex
 from hypertrain.trainer.codec import F32Array
 
@@ -60,15 +66,36 @@ def top_k_size(size: int) -> int:
     return max(1, math.ceil(0.01 * size))
 
 
-def top_k(flat: F32Array, k: int) -> npt.NDArray[np.int64]:
-    """Sorted indices of the ``k`` largest ``|flat|``, ties to the lower index."""
-    mag = np.abs(flat)
-    if k >= mag.size:
-        return np.arange(mag.size, dtype=np.int64)
-    kth = np.partition(mag, mag.size - k)[mag.size - k]  # the k-th largest value
-    above = np.flatnonzero(mag > kth)
-    ties = np.flatnonzero(mag == kth)[: k - above.size]
-    return np.sort(np.concatenate([above, ties])).astype(np.int64)
+SAMPLE = 1 << 16
+"""Elements of a row :func:`top_k` samples to place its first cut."""
+
+
+def top_k(flat: F32Array, k: int, scratch: F32Array | None = None) -> npt.NDArray[np.int64]:
+    """Sorted indices of the ``k`` largest ``|flat|``, ties to the lower index (``flat`` finite).
+
+    A sample of :data:`SAMPLE` evenly spaced elements gives a cut ``c`` that about twice ``k``
+    magnitudes reach; when at least ``k`` do, the ``k``-th largest is among them (it is at least
+    ``c``), and so is every index of the answer, found there; otherwise the whole row is
+    partitioned. The answer is the same either way. ``scratch`` (float32, at least as long as
+    ``flat``) holds the magnitudes instead of a fresh array.
+    """
+    n = flat.size
+    if k >= n:
+        return np.arange(n, dtype=np.int64)
+    mag = np.abs(flat) if scratch is None else np.abs(flat, out=scratch[:n])
+    sample = mag[:: max(1, n // SAMPLE)]
+    rank = min(sample.size, 2 * -(-sample.size * k // n) + 64)  # about 2k of the row reach it
+    cut = np.partition(sample, sample.size - rank)[sample.size - rank]
+    where = np.flatnonzero(mag >= cut)
+    if where.size < k:
+        where = np.arange(n, dtype=np.int64)
+    near = mag[where]
+    kth = np.partition(near, near.size - k)[near.size - k]  # the k-th largest value
+    take = near > kth
+    ties = np.flatnonzero(near == kth)[: k - int(np.count_nonzero(take))]
+    take[ties] = True
+    out: npt.NDArray[np.int64] = where[take].astype(np.int64, copy=False)
+    return out
 
 
 def _rows(deltas: Mapping[str, Mapping[str, F32Array]], ids: list[str]) -> list[list[F32Array]]:
@@ -88,38 +115,48 @@ def _flat(parts: list[F32Array], out: F32Array | None = None) -> F32Array:
 
 def copy_screen(
     deltas: Mapping[str, Mapping[str, F32Array]],
+    *,
+    prescale: Mapping[str, np.float32] | None = None,
 ) -> tuple[tuple[CopyFlag, ...], tuple[str, ...]]:
-    """``(copy_flags, raise_q)`` over preclipped deltas with equal names and shapes."""
+    """``(copy_flags, raise_q)`` over preclipped deltas with equal names and shapes. With
+    ``prescale``, the preclipped delta of ``hk`` is ``f32(x * prescale[hk])`` element by element
+    (:func:`.bounded.prescaled`), computed where a chunk is read, never laid out whole."""
     ids = sorted(deltas, key=lambda s: s.encode("utf-8"))
     if len(ids) < 2:
         return (), ()
     rows = _rows(deltas, ids)
+    one = np.float32(1)
+    scales = [one if prescale is None else prescale[hk] for hk in ids]
     m, size = len(rows), sum(int(part.size) for part in rows[0])
     k = top_k_size(size)
-    buf = np.empty(size, dtype=np.float32)
+    buf, scratch = np.empty(size, dtype=np.float32), np.empty(size, dtype=np.float32)
     tops: list[npt.NDArray[np.int64]] = []
     peaks: list[float] = []
-    for parts in rows:  # one row laid out at a time: no m x size copy of the deltas
-        flat = _flat(parts, buf)
-        tops.append(top_k(flat, k))
+    squares: list[npt.NDArray[np.float64]] = []
+    for parts, scale in zip(rows, scales, strict=True):  # one row at a time: no m x size copy
+        flat = prescaled(_flat(parts, buf), scale, buf)
+        tops.append(top_k(flat, k, scratch))
         peaks.append(float(np.abs(flat[tops[-1]]).max()) if size else 0.0)
+        squares.append(row_squares(flat, peaks[-1], scratch))  # while the row is in cache
     counts = overlap_counts(tops, m)
-    q, margin = cosine_bounds(rows, peaks, COSINE_LIMIT)
+    q, margin = cosine_bounds(rows, peaks, COSINE_LIMIT, scales, np.stack(squares, axis=1))
     by_overlap = counts / k > OVERLAP_LIMIT
     maybe = np.triu(by_overlap | (q > COSINE_LIMIT - margin) | ~np.isfinite(q), 1)
     norms: dict[int, float] = {}
 
+    def row(i: int) -> F32Array:
+        flat = _flat(rows[i])
+        return prescaled(flat, scales[i], np.empty_like(flat))
+
     def exact_norm(i: int) -> float:
         if i not in norms:
-            norms[i] = math.sqrt(fsum_squares(_flat(rows[i])))
+            norms[i] = math.sqrt(fsum_squares(row(i)))
         return norms[i]
 
     flags: list[CopyFlag] = []
     for a, b in zip(*np.nonzero(maybe), strict=True):
         na, nb = exact_norm(int(a)), exact_norm(int(b))
-        cosine = (
-            0.0 if na == 0.0 or nb == 0.0 else fsum_dot(_flat(rows[a]), _flat(rows[b])) / (na * nb)
-        )
+        cosine = 0.0 if na == 0.0 or nb == 0.0 else fsum_dot(row(a), row(b)) / (na * nb)
         overlap = int(counts[a, b])
         if overlap / k > OVERLAP_LIMIT or cosine > COSINE_LIMIT:
             hk_a, hk_b = ids[int(a)], ids[int(b)]

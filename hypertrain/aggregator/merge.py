@@ -20,7 +20,9 @@ Everything here is part of the protocol: a tape replays it bit for bit. The arit
   comparisons ``r <= preclip_norm`` and ``r <= tau`` are made in float64.
 
 :func:`aggregate_round` runs, for the contributions left after ``excluded``: validation, preclip,
-the copy screen (:mod:`.copyscreen`), CenteredClip around ``state.center``, the outer step.
+the copy screen (:mod:`.copyscreen`), CenteredClip around ``state.center``, the outer step. Its
+preclip is a scale per contribution (:func:`preclip_scale`) that the screen and CenteredClip
+apply to each chunk they read (``prescale``): :func:`preclip`'s bits, and no scaled copy.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from hypertrain.aggregator import bounded
 from hypertrain.aggregator.bounded import CHUNK, SquareSum, decide, scale_for, segments
 from hypertrain.aggregator.copyscreen import CopyFlag, copy_screen
 from hypertrain.aggregator.exact import ExactSum, split_f32
@@ -54,6 +57,7 @@ __all__ = [
     "norm",
     "outer_step",
     "preclip",
+    "preclip_scale",
     "sorted_ids",
     "validate_delta",
 ]
@@ -161,13 +165,11 @@ def _wide() -> npt.NDArray[np.float64]:
     return np.empty(CHUNK, dtype=np.float64)
 
 
-def preclip(delta: Tensors, preclip_norm: float) -> tuple[dict[str, F32Array], bool]:
-    """``(delta, False)`` if ``r <= preclip_norm``, else ``(delta * f32(preclip_norm / r), True)``.
+def preclip_scale(delta: Tensors, preclip_norm: float) -> tuple[bool, np.float32]:
+    """``(False, f32(1))`` if ``r <= preclip_norm``, else ``(True, f32(preclip_norm / r))``.
 
-    ``r = norm(delta)``; the scale is one float64 division rounded to float32, applied with one
-    float32 multiplication per element. The unclipped result holds the input arrays themselves.
-    The decision comes from a bounded float64 sum when it proves it (:mod:`.bounded`), else from
-    the exact norm.
+    ``r = norm(delta)``; the scale is one float64 division rounded to float32. The decision comes
+    from a bounded float64 sum when it proves it (:mod:`.bounded`), else from the exact norm.
     """
     names = _names(delta)
     flats = {name: _flat(delta[name]) for name in names}
@@ -176,9 +178,19 @@ def preclip(delta: Tensors, preclip_norm: float) -> tuple[dict[str, F32Array], b
         sq.add(flats[name][sl], wide)
     decided = decide(*sq.bounds(), preclip_norm)
     within, scale = decided or scale_for(norm(delta), preclip_norm)
-    if within:
+    return not within, scale
+
+
+def preclip(delta: Tensors, preclip_norm: float) -> tuple[dict[str, F32Array], bool]:
+    """``(delta, False)`` if ``r <= preclip_norm``, else ``(delta * f32(preclip_norm / r), True)``.
+
+    The scale is :func:`preclip_scale`'s, applied with one float32 multiplication per element.
+    The unclipped result holds the input arrays themselves.
+    """
+    clipped, scale = preclip_scale(delta, preclip_norm)
+    if not clipped:
         return dict(delta), False
-    out = {name: np.empty_like(delta[name], dtype=_F32) for name in names}
+    out = {name: np.empty_like(delta[name], dtype=_F32) for name in _names(delta)}
     for name, array in out.items():
         np.multiply(delta[name], scale, out=array)  # out= keeps 0-d results arrays
     return out, True
@@ -194,7 +206,12 @@ class CClipResult:
 
 
 def centered_clip(
-    deltas: Mapping[str, Tensors], center: Tensors, tau: float, iters: int
+    deltas: Mapping[str, Tensors],
+    center: Tensors,
+    tau: float,
+    iters: int,
+    *,
+    prescale: Mapping[str, np.float32] | None = None,
 ) -> CClipResult:
     """CenteredClip of spec 7, in exactly this float32 order::
 
@@ -210,6 +227,9 @@ def centered_clip(
         g = v
 
     ``diff * s`` is skipped when ``s == 1`` (``x * 1 == x`` bit for bit for finite ``x``).
+    With ``prescale``, each ``delta_i`` is the preclipped ``f32(x * prescale[i])`` (one float32
+    multiplication per element, skipped for 1: :func:`.bounded.prescaled`), recomputed where a
+    chunk is read: the bits of passing :func:`preclip`'s output, without a copy of the deltas.
     Each iteration makes two passes over the chunks: the first sums every ``diff**2`` in float64
     with a proven bound, which decides ``s`` (:mod:`.bounded`; the exact norm only when it does
     not), the second recomputes ``diff`` and accumulates ``acc`` and ``v`` chunk by chunk.
@@ -223,6 +243,7 @@ def centered_clip(
         return CClipResult(g=zeros, weight_hex=ZERO_WEIGHT_HEX, scales={})
     w = _F32(1) / _F32(len(ids))
     one = _F32(1)
+    pre = {hk: one if prescale is None else prescale[hk] for hk in ids}
     v = {name: np.array(center[name], dtype=_F32, order="C") for name in names}
     vflat = {name: v[name].reshape(-1) for name in names}  # views of v: C order, always
     flats = {hk: {name: _flat(deltas[hk][name]) for name in names} for hk in ids}
@@ -235,12 +256,12 @@ def centered_clip(
             vv = vflat[name][sl]
             tt = t[: vv.shape[0]]
             for hk in ids:
-                np.subtract(flats[hk][name][sl], vv, out=tt)
+                np.subtract(bounded.prescaled(flats[hk][name][sl], pre[hk], tt), vv, out=tt)
                 sums[hk].add(tt, wide)
         factor: dict[str, np.float32] = {}
         for hk in ids:
             decided = decide(*sums[hk].bounds(), tau)
-            _, factor[hk] = decided or scale_for(_diff_norm(deltas[hk], v, names), tau)
+            _, factor[hk] = decided or scale_for(_diff_norm(deltas[hk], pre[hk], v, names), tau)
             scales[hk].append(f32_hex(float(factor[hk])))
         for name, sl in plan:  # pass 2: acc, then v = v + acc, chunk by chunk
             vv = vflat[name][sl]
@@ -248,7 +269,7 @@ def centered_clip(
             tt, aa = t[:n], acc[:n]
             aa.fill(0)
             for hk in ids:
-                np.subtract(flats[hk][name][sl], vv, out=tt)
+                np.subtract(bounded.prescaled(flats[hk][name][sl], pre[hk], tt), vv, out=tt)
                 if factor[hk] != one:
                     np.multiply(tt, factor[hk], out=tt)
                 np.multiply(tt, w, out=tt)
@@ -259,11 +280,13 @@ def centered_clip(
     )
 
 
-def _diff_norm(delta: Tensors, v: Tensors, names: list[str]) -> float:
-    """The exact ``sqrt(fsum((delta - v)**2))`` (float32 differences), for undecided bounds."""
+def _diff_norm(delta: Tensors, scale: np.float32, v: Tensors, names: list[str]) -> float:
+    """The exact ``sqrt(fsum((f32(delta * scale) - v)**2))`` (float32 products and differences,
+    the product skipped for 1), for undecided bounds."""
     sq = ExactSum()
     for name in names:
-        parts = split_f32(np.subtract(delta[name], v[name], dtype=_F32))
+        x = bounded.prescaled(_flat(delta[name]), scale, np.empty(delta[name].size, dtype=_F32))
+        parts = split_f32(np.subtract(x, _flat(v[name]), dtype=_F32))
         sq.add_parts(parts, parts)
     return math.sqrt(sq.value())
 
@@ -351,14 +374,16 @@ def aggregate_round(
     shapes = state.shapes()
     dropped = set(excluded)
     kept: dict[str, Tensors] = {}
+    scale: dict[str, np.float32] = {}  # the preclip, applied where the deltas are read
     clipped: list[str] = []
     for hk in sorted_ids([h for h in deltas if h not in dropped]):
-        delta = validate_delta(hk, deltas[hk], shapes)
-        kept[hk], was_clipped = preclip(delta, float(params.preclip_norm))
+        kept[hk] = validate_delta(hk, deltas[hk], shapes)
+        was_clipped, scale[hk] = preclip_scale(kept[hk], float(params.preclip_norm))
         if was_clipped:
             clipped.append(hk)
-    flags, raise_q = copy_screen(kept)
-    cc = centered_clip(kept, state.center, float(params.cclip_tau), params.cclip_iters)
+    flags, raise_q = copy_screen(kept, prescale=scale)
+    tau, iters = float(params.cclip_tau), params.cclip_iters
+    cc = centered_clip(kept, state.center, tau, iters, prescale=scale)
     return MergeResult(
         state_out=outer_step(state, cc.g, params),
         g=cc.g,

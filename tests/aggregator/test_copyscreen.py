@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
+from hypertrain.aggregator import copyscreen
 from hypertrain.aggregator.copyscreen import copy_screen, top_k, top_k_size
 from hypertrain.protocol.f32 import f32_hex
 from tests.aggregator.reference import ref_copy_screen, ref_topk
@@ -68,3 +72,50 @@ def test_top_k_ties_go_to_lower_index() -> None:
 def test_fewer_than_two_contributions() -> None:
     assert copy_screen({}) == ((), ())
     assert copy_screen({"x": noise(1)}) == ((), ())
+
+
+def _partitioned(flat: np.ndarray, k: int) -> np.ndarray:
+    """The whole-row top-k the screen used before its sampled cut."""
+    mag = np.abs(flat)
+    kth = np.partition(mag, mag.size - k)[mag.size - k]
+    above = np.flatnonzero(mag > kth)
+    ties = np.flatnonzero(mag == kth)[: k - above.size]
+    return np.sort(np.concatenate([above, ties])).astype(np.int64)
+
+
+@settings(max_examples=200)
+@given(
+    st.integers(2, 3000).flatmap(
+        lambda n: hnp.arrays(
+            np.float32,
+            n,
+            elements=st.one_of(
+                st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.0, 1e-45]),
+                st.floats(-4, 4, width=32),
+            ),
+        )
+    ),
+    st.floats(0.0, 1.0),
+    st.sampled_from([1, 4, 64, 1 << 16]),
+)
+def test_top_k_from_a_sampled_cut_is_the_whole_row_top_k(
+    flat: np.ndarray, share: float, sample: int
+) -> None:
+    k = min(flat.size - 1, max(1, int(share * flat.size)))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(copyscreen, "SAMPLE", sample)
+        got = top_k(flat, k, np.empty(flat.size + 3, dtype=F32))
+    assert got.dtype == np.int64
+    assert np.array_equal(got, _partitioned(flat, k))
+
+
+def test_top_k_falls_back_to_the_whole_row_when_the_sample_misleads() -> None:
+    """Only the sampled elements are non-zero: fewer than k reach the sample's cut."""
+    n, k = 1 << 16, 2000
+    flat = np.zeros(n, dtype=F32)
+    flat[:: n // 64] = np.arange(1, 65, dtype=F32)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(copyscreen, "SAMPLE", 64)
+        got = top_k(flat, k)
+    assert np.array_equal(got, _partitioned(flat, k))
+    assert np.count_nonzero(flat[got]) == 64

@@ -88,6 +88,46 @@ def test_cosine_bounds_keep_their_promise(
                 assert abs(q[a, b] - recorded) <= margin
 
 
+@settings(max_examples=150)
+@given(
+    _stack(),
+    st.sampled_from([1, 7, 64, 1 << 12]),
+    st.sampled_from([1, 3]),
+    st.sampled_from([0.95, 0.5]),
+)
+def test_row_squares_stand_for_the_first_pass(
+    stack: np.ndarray, block: int, gather: int, limit: float
+) -> None:
+    """Squares from rows laid out whole keep the promise, and no chunk is gathered for them."""
+    rows = [np.split(row, [row.size // 3]) for row in stack]
+    peaks = [float(np.abs(row).max()) for row in stack]
+    gathered: list[int] = []
+    real = screenpass._Gather.chunk
+
+    def chunk(self: Any, c: int, which: np.ndarray) -> np.ndarray:
+        gathered.append(c)
+        return real(self, c, which)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(screenpass, "BLOCK", block)
+        mp.setattr(screenpass, "GATHER", gather * block)
+        mp.setattr(screenpass, "STAGES", (1.0,))
+        scratch = np.empty(stack.shape[1], dtype=F32)
+        squares = np.stack(
+            [screenpass.row_squares(row, p, scratch) for row, p in zip(stack, peaks, strict=True)],
+            axis=1,
+        )
+        q, margin = cosine_bounds(rows, peaks, limit, squares=squares)
+        mp.setattr(screenpass._Gather, "chunk", chunk)
+        cosine_bounds(rows, peaks, limit, squares=squares)
+    assert len(gathered) == len(set(gathered))  # each chunk at most once: the product alone
+    for a in range(len(stack)):
+        for b in range(a + 1, len(stack)):
+            recorded = _recorded(stack[a], stack[b])
+            assert recorded <= q[a, b] + margin
+            assert abs(q[a, b] - recorded) <= margin
+
+
 def test_independent_rows_drop_out_after_the_first_stage(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(screenpass, "BLOCK", 64)
     monkeypatch.setattr(screenpass, "GATHER", 128)
@@ -137,6 +177,39 @@ def test_overlap_counts_are_exact_by_pairs_and_by_columns(
         mp.setattr(screenpass, "DENSE", dense)  # 1: all pair by pair; 2**20: all as columns
         got = overlap_counts(tops, len(tops))
     assert (got == _brute(tops, len(tops))).all()
+
+
+@settings(max_examples=200)
+@given(
+    st.integers(1, 30).flatmap(
+        lambda m: st.lists(
+            st.lists(st.integers(0, 200), max_size=30, unique=True), min_size=m, max_size=m
+        )
+    ),
+    st.sampled_from([1, 3, 7, 64]),
+    st.sampled_from([1, 1 << 20]),
+)
+def test_overlap_counts_are_exact_over_pieces_of_the_index_range(
+    sets: list[list[int]], keys: int, dense: int
+) -> None:
+    tops = [np.array(sorted(s), dtype=np.int64) for s in sets]
+    pieces: list[int] = []
+    real = screenpass._piece
+
+    def piece(part: list[np.ndarray], m: int) -> np.ndarray:
+        pieces.append(sum(t.size for t in part))
+        return real(part, m)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(screenpass, "KEYS", keys)
+        mp.setattr(screenpass, "DENSE", dense)
+        mp.setattr(screenpass, "_piece", piece)
+        got = overlap_counts(tops, len(tops))
+    assert (got == _brute(tops, len(tops))).all()
+    assert sum(pieces) == sum(t.size for t in tops)  # every key counted in exactly one piece
+    total = sum(t.size for t in tops)
+    if total > keys and max(int(t[-1]) for t in tops if t.size) >= 1:
+        assert len(pieces) > 1
 
 
 def test_long_runs_are_counted_as_product_columns(monkeypatch: pytest.MonkeyPatch) -> None:
