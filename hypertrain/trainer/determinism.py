@@ -11,7 +11,7 @@ they start). It sets::
     ATEN_CPU_CAPABILITY, MKL_CBWR      = the manifest's values, when it pins them
     CUBLAS_WORKSPACE_CONFIG            = the manifest's value (inert on CPU)
 
-then imports torch and sets ``use_deterministic_algorithms(True)`` (no warn_only),
+then imports torch and sets deterministic algorithms on (no warn_only),
 ``set_num_threads(cpu_threads)``, ``set_num_interop_threads(1)`` (ignored when torch already ran
 parallel work), ``set_float32_matmul_precision("highest")``. It returns the torch module.
 
@@ -23,6 +23,13 @@ the live ATen kernel path (``torch.backends.cpu.get_cpu_capability()``, case-ins
 differing from a pinned ``ATEN_CPU_CAPABILITY``. The last check is what catches torch imported
 before :func:`configure`: the variable then says "default" but the kernels already chose AVX2 or
 AVX512, which no later setting can change; when the live path already matches, it is accepted.
+
+Deterministic algorithms are switched on with ``torch._C._set_deterministic_algorithms(True,
+warn_only=False)``: that is what ``torch.use_deterministic_algorithms(True)`` does, apart from
+also setting the deterministic flag of torch.compile's inductor, which imports inductor and
+dynamo (about 1.1 s of every process start: miners, auditors, scorers). Nothing here compiles,
+so that flag is never read; :func:`check_live` still checks the switch itself
+(``torch.are_deterministic_algorithms_enabled()``).
 """
 
 from __future__ import annotations
@@ -62,7 +69,7 @@ def configure(env: ReferenceEnv) -> ModuleType:
     os.environ.update(env_vars(env))
     import torch
 
-    torch.use_deterministic_algorithms(True)
+    torch._C._set_deterministic_algorithms(True, warn_only=False)  # module doc: no inductor
     torch.set_num_threads(env.cpu_threads)
     if not already and torch.get_num_interop_threads() != 1:
         # RuntimeError: parallel work already started, the pool size is fixed

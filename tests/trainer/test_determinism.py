@@ -41,6 +41,8 @@ print(json.dumps({
     "delta_hash": hashlib.sha256(compress(r.delta, None, 0.0).payload).hexdigest(),
     "capability": torch.backends.cpu.get_cpu_capability(),
     "threads": torch.get_num_threads(),
+    "deterministic": torch.are_deterministic_algorithms_enabled(),
+    "inductor": "torch._inductor" in sys.modules,
 }))
 """
 
@@ -90,6 +92,8 @@ def test_two_processes_train_the_same_round_bit_for_bit() -> None:
     assert first == second
     assert str(first["capability"]).lower() == "default"  # set before torch was imported
     assert first["threads"] == 1
+    # deterministic algorithms on without importing torch.compile's inductor (1.1 s a process)
+    assert (first["deterministic"], first["inductor"]) == (True, False)
 
 
 def test_torch_imported_before_configure_is_refused() -> None:
