@@ -12,7 +12,10 @@ The demo-sized network without its network: the CPU test-mode manifest's model a
 training (``hypertrain.trainer.loop.train_round``, bit for bit what miners run), a dataset built
 from the standard library's sources (as the demo's), and the protocol's merge
 (``hypertrain.aggregator.merge.aggregate_round``: preclip, CenteredClip, Nesterov). Each round
-every miner trains ``H`` inner steps from theta on its own disjoint samples; a Byzantine miner
+every miner trains ``H`` inner steps from theta on its own disjoint samples (fixed by the seed,
+the round and the miner, whoever else is still active, so that two runs differ only in what the
+attackers upload and who is blacklisted: a global cursor shifted every later miner's data after
+a blacklisting, which added noise of its own to the comparison); a Byzantine miner
 trains too, then uploads a corrupted delta that is still a valid upload (finite, the model's
 shapes):
 
@@ -180,7 +183,6 @@ def run(
     bad = set(names[: setup.byzantine]) if attack is not None or absent else set()
     if absent:
         chain.blacklist |= bad
-    cursor = 0
     pending: dict[int, list[str]] = {}
     caught: list[tuple[str, int, str]] = []
     why: dict[tuple[str, int], str] = {}
@@ -194,8 +196,10 @@ def run(
         theta = chain.state.theta
         deltas: dict[str, Delta] = {}
         for name in active:
-            ids = order[np.arange(cursor, cursor + setup.per_round) % train.n_samples]
-            cursor += setup.per_round
+            # each miner's samples depend on the round and the miner only, not on who else is
+            # still active: runs that differ in the attack alone train on the same data
+            start = (w * len(names) + names.index(name)) * setup.per_round
+            ids = order[np.arange(start, start + setup.per_round) % train.n_samples]
             deltas[name] = trainer.delta(w, name, ids, theta)
         honest_norm = float(np.mean([norm(d) for n, d in deltas.items() if n not in bad]))
         for name in sorted(bad & set(deltas)):
