@@ -245,11 +245,15 @@ async def test_a_limited_notify_wakes_the_longest_waiting_first(
     assert waiter.waiting("k") == 0
 
 
-async def test_a_waiter_notified_then_cancelled_still_returns_its_notification(
-    autojump_clock: trio.testing.MockClock,
+@pytest.mark.parametrize(
+    "cancel_first", [False, True], ids=["notified-then-cancelled", "cancelled-then-notified"]
+)
+async def test_a_waiter_notified_and_cancelled_before_it_runs_returns_the_notification(
+    cancel_first: bool, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """Once notified, a wait returns `Notified` even if its scope is cancelled before it runs
-    (the notification is not lost inside the waiter); the next checkpoint raises."""
+    """Notified and cancelled in the same step, in either order (the task has not run yet):
+    notify counts it, so the wait returns `Notified` rather than lose it inside the waiter;
+    the next checkpoint raises."""
     waiter: KeyedWaiter[str, int] = KeyedWaiter()
     got: list[WaitResult[int]] = []
     doomed = trio.CancelScope()
@@ -263,33 +267,11 @@ async def test_a_waiter_notified_then_cancelled_still_returns_its_notification(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(first)
         await trio.sleep(1.0)
-        assert waiter.notify("k", 2, limit=1) == 1
-        doomed.cancel()
-    assert got == [Notified(2)]
-    assert doomed.cancelled_caught
-    assert waiter.statistics() == idle()
-
-
-async def test_a_waiter_cancelled_then_notified_before_it_runs_returns_the_notification(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    """The cancel comes first, the notify in the same step (the task has not run yet): notify
-    counts it, so the wait must hand the notification back rather than lose it."""
-    waiter: KeyedWaiter[str, int] = KeyedWaiter()
-    got: list[WaitResult[int]] = []
-    doomed = trio.CancelScope()
-
-    async def first() -> None:
-        with doomed:
-            got.append(await waiter.wait("k", deadline=trio.current_time() + 100.0))
-            await trio.lowlevel.checkpoint()
-            got.append(TimedOut())  # must not run: the checkpoint raised
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(first)
-        await trio.sleep(1.0)
-        doomed.cancel()
+        if cancel_first:
+            doomed.cancel()
         assert waiter.notify("k", 5, limit=1) == 1
+        if not cancel_first:
+            doomed.cancel()
     assert got == [Notified(5)]
     assert doomed.cancelled_caught
     assert waiter.statistics() == idle()
