@@ -16,7 +16,8 @@ measured one. Printed: the median and 90th percentile of each, their ratios, and
 the per-pair ratios (a warm job over the inline job just before it: the most stable figure on a
 busy machine); then the CPU per job: inline in this process, warm in this process (the client)
 and in the server and its children (forks, jobs and teardowns), read from ``/proc``. The goal
-(issue 17): warm / inline at most 1.5.
+(issue 17): warm / inline at most 1.5. Last, warm jobs back to back (no pause): a job that
+comes before the server reaped the one before it has no spare waiting and pays a fork.
 
     .venv/bin/python bench/scoring.py [--jobs N] [--cold-jobs N] [--pause-ms MS]
 """
@@ -86,6 +87,7 @@ class Measured:
     start_ms: float
     server_cpu_ms: float
     """CPU of the server and its reaped children over the warm jobs, per job."""
+    back_to_back: list[Timed]
 
 
 async def measure(job: dict[str, Path], jobs: int, cold_jobs: int, pause: float) -> Measured:
@@ -111,9 +113,12 @@ async def measure(job: dict[str, Path], jobs: int, cold_jobs: int, pause: float)
             warm.append(await _one(lambda: scorer.score(DELTA_LOSS, job), expected))
         await trio.sleep(pause)
         server_cpu = _cpu_ms_with_children(server.server_pid) - server_cpu
+        back_to_back = [
+            await _one(lambda: scorer.score(DELTA_LOSS, job), expected) for _ in range(jobs)
+        ]
         if scorer.statistics().cold_jobs:
             raise SystemExit(f"the warm scorer ran jobs cold: {scorer.statistics()}")
-    return Measured(inline, warm, cold, started, server_cpu / jobs)
+    return Measured(inline, warm, cold, started, server_cpu / jobs, back_to_back)
 
 
 def _p90(values: list[float]) -> float:
@@ -149,6 +154,9 @@ def main() -> None:
         f"  CPU per job: inline {inline_cpu:.1f} ms; warm {client_cpu:.1f} ms here (median) + "
         f"{m.server_cpu_ms:.1f} ms in the server and its children (mean)"
     )
+    b2b = [t.wall for t in m.back_to_back]
+    mb = statistics.median(b2b)
+    print(f"  warm, {n} back to back (no pause) {mb:8.1f} ms {_p90(b2b):8.1f} ms {mb / mi:8.2f}x")
 
 
 if __name__ == "__main__":

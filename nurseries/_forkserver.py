@@ -18,16 +18,23 @@ Messages are JSON objects, at most :data:`MESSAGE_MAX` bytes:
   ``{"id": n, "status": s}`` once the child is reaped (``s`` as `subprocess` reports it:
   negative for death by a signal).
 
-**A spare child waits for each job.** Forking a process that holds torch costs tens of
-milliseconds (its page tables are copied), so the server forks the next child ahead of time,
-while the current job runs, and hands a request to it (over a socket pair of its own, which the
-server closes once the request is sent). A spare does only the part of the sandbox that is the
-same for every job (promises 1 and 2 below) and then blocks until its request comes, using no
-CPU: its CPU limit, which counts the CPU a process has used since it was forked, is set once
-the request is there (promise 3), so waiting costs a job nothing. When no spare is ready (two
-requests at once, a failed fork) the server forks one on the spot; a spare that died is
-replaced by a fresh fork, once; after each job is reaped the server forks a spare if none
-waits. A spare leaves when its socket reaches end-of-file (the server ended) or when the
+**A spare child waits for each job.** Forking a process that holds torch costs milliseconds
+of CPU (its page tables are copied), so the server forks the next child ahead of time and hands
+a request to it (over a socket pair of its own, which the server closes once the request is
+sent). It forks that spare when it starts and after each job is reaped (when none waits), not
+while it hands a job over: the fork, and the spare's ``prepare_spare`` below, would then take
+CPU beside the job that just started, which on a machine whose cores are busy slows that job
+down. A spare does only the part of the sandbox that is the same for every job (promises 1 and
+2 below) and then blocks until its request comes, using no CPU: its CPU limit, which counts
+the CPU a process has used since it was forked, is set once the request is there (promise 3).
+A program may give `serve_forks` a ``prepare_spare`` function, which each spare forked ahead
+runs once before it waits (after promises 1 and 2): trusted work with no job's data, typically
+a warm-up pass that makes the pages a job will write the spare's own (each would otherwise be
+copied, a page fault, at the job's first write); its CPU counts towards the job's limit, and a
+request that comes meanwhile waits for it to end. When no spare is ready (a request while
+another job runs, a failed fork) the server forks one on the spot, which skips
+``prepare_spare`` (its job is already waiting); a spare that died is replaced by a fresh fork,
+once. A spare leaves when its socket reaches end-of-file (the server ended) or when the
 lifeline is cut.
 
 Promises of the child, in this order, before the job's code runs (`job(payload)`):
@@ -41,7 +48,7 @@ Promises of the child, in this order, before the job's code runs (`job(payload)`
    stdout and stderr are the descriptors of its request and the end pipe is kept (so a
    job holds its streams, the end pipe and the lifeline);
 3. the request's rlimits are applied (`resource.setrlimit`); counters such as CPU time count
-   from the fork, which was followed by no work but 1-2 and the wait (no CPU);
+   from the fork, which was followed by no work but 1-2, ``prepare_spare`` and the wait;
 4. the environment is exactly the request's ``env`` (nothing of the server's is left);
 5. its working directory is the request's ``cwd`` (the client's per-job scratch directory);
 6. when the server was given a lifeline (`nurseries.lifeline_from_env`), the child watches it
@@ -53,7 +60,9 @@ or raises, the child leaves with :data:`EXIT_JOB_RETURNED`. Whatever the child d
 server's own state is untouched (it is another process); only the child's exit status reaches
 the server.
 
-The server exits when the client closes its end (end-of-file) or the lifeline is cut.
+The server exits when the client closes its end (end-of-file) or the lifeline is cut. It
+refuses to start in a process with more than one thread: a fork copies only the thread that
+forks, so a child could wait forever on a lock another thread held.
 """
 
 from __future__ import annotations
@@ -163,7 +172,27 @@ def _become_job(request: Mapping[str, Any], fds: list[int]) -> None:
     os.chdir(request["cwd"])
 
 
-def _spare(channel: socket.socket, lifeline: int | None, lifeline_exit: int, job: Job) -> NoReturn:
+def _prepare(prepare_spare: Callable[[], object] | None) -> None:
+    """Run ``prepare_spare`` in a spare; a failure is reported on stderr and the spare serves
+    on, unprepared (it was an optimisation; the job runs the same without it)."""
+    if prepare_spare is None:
+        return
+    try:
+        prepare_spare()
+    except Exception as e:
+        with contextlib.suppress(BaseException):
+            os.write(
+                2, f"fork server spare: preparing failed: {type(e).__name__}: {e}\n"[:1000].encode()
+            )
+
+
+def _spare(
+    channel: socket.socket,
+    lifeline: int | None,
+    lifeline_exit: int,
+    job: Job,
+    prepare_spare: Callable[[], object] | None,
+) -> NoReturn:
     """The forked child: waits for its job, then runs it; never returns into the server."""
     try:
         os.setsid()
@@ -171,6 +200,7 @@ def _spare(channel: socket.socket, lifeline: int | None, lifeline_exit: int, job
         _close_all_but(channel.fileno(), *(() if lifeline is None else (lifeline,)))
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
+        _prepare(prepare_spare)
         request, fds = _await_request(channel, lifeline, lifeline_exit)
         _become_job(request, fds)
         if lifeline is not None:
@@ -206,13 +236,16 @@ class _Child:
 
 
 class _Server:
-    def __init__(self, control: socket.socket, lifeline: int | None, lifeline_exit: int, job: Job):
-        self.control, self.lifeline, self.lifeline_exit, self.job = (
-            control,
-            lifeline,
-            lifeline_exit,
-            job,
-        )
+    def __init__(
+        self,
+        control: socket.socket,
+        lifeline: int | None,
+        lifeline_exit: int,
+        job: Job,
+        prepare_spare: Callable[[], object] | None,
+    ):
+        self.control, self.lifeline, self.lifeline_exit = control, lifeline, lifeline_exit
+        self.job, self.prepare_spare = job, prepare_spare
         self.spare: _Child | None = None
         self.selector = selectors.DefaultSelector()
         self.selector.register(control, selectors.EVENT_READ, _CONTROL)
@@ -227,19 +260,20 @@ class _Server:
                 if key.data == _LIFELINE:
                     os._exit(self.lifeline_exit)
                 elif key.data == _CONTROL:
-                    self._take_request()
-                    self._refill()
+                    self._take_request()  # no refill here (module doc)
                 elif self._reap(key.data):
                     self._refill()
 
-    def _fork(self) -> _Child:
+    def _fork(self, *, ahead: bool) -> _Child:
+        """A new child; ``ahead``: a spare that runs ``prepare_spare`` before it waits."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                _spare(theirs, self.lifeline, self.lifeline_exit, self.job)
+                prepare = self.prepare_spare if ahead else None
+                _spare(theirs, self.lifeline, self.lifeline_exit, self.job, prepare)
         except OSError:
             ours.close()
             raise
@@ -257,16 +291,15 @@ class _Server:
         return child
 
     def _refill(self) -> None:
-        """Fork the next spare when none waits; a failed fork is retried after the next request
-        or job."""
+        """Fork the next spare when none waits; a failed fork is retried after the next job."""
         if self.spare is None:
             with contextlib.suppress(OSError):
-                self.spare = self._fork()
+                self.spare = self._fork(ahead=True)
 
     def _hand_off(self, data: bytes, fds: list[int]) -> _Child:
         """Send the request to the spare (or a fresh fork); a dead spare is replaced once."""
         for attempt in (1, 2):
-            child, self.spare = self.spare or self._fork(), None
+            child, self.spare = self.spare or self._fork(ahead=False), None
             with child.channel:
                 try:
                     socket.send_fds(child.channel, [data], fds)
@@ -316,12 +349,22 @@ def _kill(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def serve_forks(job: Job, *, lifeline_exit: int = 1) -> NoReturn:
+def serve_forks(
+    job: Job,
+    *,
+    lifeline_exit: int = 1,
+    prepare_spare: Callable[[], object] | None = None,
+) -> NoReturn:
     """Serve fork requests on the control socket of :data:`CONTROL_ENV` forever (module doc).
 
-    ``job`` runs in each child once its sandbox is applied, with the request's payload.
+    ``job`` runs in each child once its sandbox is applied, with the request's payload;
+    ``prepare_spare`` (when given) in each spare before it waits for its request. Raises
+    `RuntimeError`, before serving, in a process with more than one thread.
     """
+    threads = len(os.listdir("/proc/self/task"))
+    if threads != 1:
+        raise RuntimeError(f"a fork server must have one thread, this process has {threads}")
     control = socket.socket(fileno=int(os.environ[CONTROL_ENV]))
     control.set_inheritable(False)
     lifeline = lifeline_from_env(os.environ)
-    _Server(control, lifeline, lifeline_exit, job).serve()
+    _Server(control, lifeline, lifeline_exit, job, prepare_spare).serve()

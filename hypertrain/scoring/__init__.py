@@ -6,7 +6,8 @@ Importing this package does not import torch. Modules: ``registry`` (challenges)
 (dispatch, torch), ``audit`` (the worker's audit-hook policy), ``worker`` (``python -m
 hypertrain.scoring.worker``), ``outcome`` (``ScoreOutcome``, classification), ``sandbox``
 (``run_scorer``, ``score_inline``), ``warm`` (``open_warm_scorer``: each job in a sandboxed
-child forked from one warm ``forkserver`` process), ``hostile`` (test-only escape attempts).
+child forked from one warm ``forkserver`` process; ``warmup``: its passes on synthetic inputs),
+``hostile`` (test-only escape attempts).
 """
 
 from hypertrain.scoring.inputs import BadInput, check_input_name

@@ -12,8 +12,10 @@ Promises of :meth:`WarmScorer.score`, beyond :func:`~hypertrain.scoring.sandbox.
 - **The same sandbox, applied in the child before it reads its inputs**: its own session and
   process group (``SIGKILL``-ed at ``kill_after_ms``, when the caller is cancelled, and when
   the job ends), the same rlimits (:func:`~hypertrain.scoring.sandbox.worker_limits`; its CPU
-  time counts from its fork, after which it did nothing but its sandbox and an idle wait for
-  the job), exactly the cold worker's scrubbed environment
+  time counts from its fork, after which it did nothing but its sandbox, a warm-up pass on a
+  built-in one-row sample (:mod:`hypertrain.scoring.warmup`, a few milliseconds where a cold
+  worker's count includes seconds of importing torch) and an idle wait for the job), exactly
+  the cold worker's scrubbed environment
   (:func:`~hypertrain.scoring.sandbox.worker_env`) and nothing of the server's, a fresh scratch
   directory (mode 0700, removed when the job ends) as its working directory and torch's cache
   directory, no inherited descriptor but its output pipes, its end pipe

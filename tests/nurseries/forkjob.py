@@ -4,6 +4,10 @@ Each job's payload is one word of :data:`ACTIONS`; ``report`` prints what the ch
 sandbox as one JSON line and ends with `nurseries.end_job`, ``end-*`` use the end pipe in other
 ways, ``sleep-said`` writes its pid to the FIFO its environment names (``PID_FIFO``) and then
 sleeps, the others misbehave in one way each.
+
+Each spare forked ahead runs :func:`_prepare` (``prepare_spare``): it notes its pid, which
+``report`` then shows as ``prepared``; with ``FORKJOB_PREPARE=raise`` in the server's
+environment it raises instead.
 """
 
 from __future__ import annotations
@@ -29,8 +33,20 @@ _LIMITS: Final = {
 }
 
 
+_prepared_in: int | None = None
+"""The pid of the spare that ran `_prepare` (a forked child inherits the server's None)."""
+
+
+def _prepare() -> None:
+    global _prepared_in
+    if os.environ.get("FORKJOB_PREPARE") == "raise":
+        raise ValueError("preparing failed on purpose")
+    _prepared_in = os.getpid()
+
+
 def _report() -> None:
     seen = {
+        "prepared": _prepared_in == os.getpid(),
         "env": dict(os.environ),
         "limits": {name: list(resource.getrlimit(r)) for name, r in _LIMITS.items()},
         "cwd": os.getcwd(),
@@ -110,4 +126,4 @@ def _job(payload: bytes) -> None:
 
 
 if __name__ == "__main__":
-    serve_forks(_job, lifeline_exit=LIFELINE_EXIT)
+    serve_forks(_job, lifeline_exit=LIFELINE_EXIT, prepare_spare=_prepare)

@@ -1,8 +1,10 @@
 """The warm scorer (a fork server of scoring workers) against real processes.
 
 One test, one server start for all of it (each start imports torch: seconds of CPU on a busy
-machine), in this order: its results equal inline scoring's in a configured process bit for bit
-(and so a cold worker's, which ``test_worker`` checks against the same); the test switch set in
+machine), in this order: its results (``delta-loss`` and ``step-throughput``'s fingerprint, after
+the server's and each spare's warm-up passes) equal inline scoring's in a configured process bit
+for bit (and so a cold worker's, which ``test_worker`` checks against the same); the test switch
+set in
 the server's own environment does not reach a child; the escape attempts of ``test_escape`` are
 refused or killed in its children just as in cold workers; none of that harms the server (the
 next honest job runs on the same one, same bits); then a server that dies while a job runs is
@@ -19,7 +21,7 @@ import attrs
 import trio
 
 from hypertrain.scoring.outcome import ScoreOutcome
-from hypertrain.scoring.registry import DELTA_LOSS
+from hypertrain.scoring.registry import DELTA_LOSS, STEP_THROUGHPUT
 from hypertrain.scoring.warm import WarmScorer, WarmStatistics, open_warm_scorer
 from tests.scoring.test_escape import HOSTILE, REFUSED, _hostile
 from tests.scoring.test_worker import _inline_in_a_configured_process
@@ -39,6 +41,7 @@ async def test_one_warm_server_scores_refuses_survives_and_is_replaced(
         "loop": _hostile("loop", kill_after_ms=60_000, step_budget_ms=1_000),
         "sleep": _hostile("sleep", kill_after_ms=1_500, step_budget_ms=1_000),
     }
+    steps_job = {name: path for name, path in job.items() if name != "delta.bin"}
     inline: list[dict[str, object]] = []
     with trio.fail_after(DEADLINE):
         async with (
@@ -48,10 +51,16 @@ async def test_one_warm_server_scores_refuses_survives_and_is_replaced(
 
             async def score_inline_meanwhile() -> None:  # while the server imports torch
                 inline.append(await trio.to_thread.run_sync(_inline_in_a_configured_process, job))
+                inline.append(
+                    await trio.to_thread.run_sync(
+                        _inline_in_a_configured_process, steps_job, STEP_THROUGHPUT
+                    )
+                )
 
             nursery.start_soon(score_inline_meanwhile)
             first = await scorer.score(DELTA_LOSS, job)
             second = await scorer.score(DELTA_LOSS, job)
+            steps = await scorer.score(STEP_THROUGHPUT, steps_job)
             switch_on_the_server = await scorer.score(_hostile("read"), model_json)
             refused = {
                 w: await scorer.score(_hostile(w), model_json, extra_env=HOSTILE) for w in REFUSED
@@ -67,6 +76,8 @@ async def test_one_warm_server_scores_refuses_survives_and_is_replaced(
 
     assert first.ok, first
     assert first.result == second.result == inline[0] == honest.result
+    assert steps.result is not None
+    assert steps.result["fingerprint"] == inline[1]["fingerprint"]
     assert switch_on_the_server.failure == "bad-input"
     assert "unknown challenge 'test-hostile-read'" in switch_on_the_server.error
     for what, expected in REFUSED.items():
@@ -82,7 +93,7 @@ async def test_one_warm_server_scores_refuses_survives_and_is_replaced(
     )
     assert job["model.json"].read_bytes() == before
     assert not _hostile_files()
-    jobs = 3 + len(REFUSED) + len(runaways) + 1
+    jobs = 4 + len(REFUSED) + len(runaways) + 1
     assert statistics == WarmStatistics(jobs, 0, 1)  # every job on the first server
     assert lost.failure == "timeout"  # the cold rerun's own outcome
     assert after.ok, after

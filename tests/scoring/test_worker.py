@@ -40,7 +40,9 @@ async def _both(challenge: Challenge, inputs: dict[str, Path]) -> list[ScoreOutc
     return out
 
 
-def _inline_in_a_configured_process(inputs: dict[str, Path]) -> dict[str, object]:
+def _inline_in_a_configured_process(
+    inputs: dict[str, Path], challenge: Challenge = DELTA_LOSS
+) -> dict[str, object]:
     """score_inline in a fresh process that applied SCORING_ENV before importing torch."""
     code = (
         "import json, sys\n"
@@ -48,12 +50,13 @@ def _inline_in_a_configured_process(inputs: dict[str, Path]) -> dict[str, object
         "from hypertrain.trainer.determinism import configure\n"
         "from hypertrain.scoring.jobs import SCORING_ENV\n"
         "configure(SCORING_ENV)\n"
-        "from hypertrain.scoring.registry import DELTA_LOSS\n"
+        "from hypertrain.scoring.registry import get_challenge\n"
         "from hypertrain.scoring.sandbox import score_inline\n"
         "paths = {k: Path(v) for k, v in json.loads(sys.argv[1]).items()}\n"
-        "print(json.dumps(score_inline(DELTA_LOSS, paths).result))\n"
+        "print(json.dumps(score_inline(get_challenge(sys.argv[2]), paths).result))\n"
     )
-    argv = [sys.executable, "-c", code, json.dumps({k: str(v) for k, v in inputs.items()})]
+    paths = json.dumps({k: str(v) for k, v in inputs.items()})
+    argv = [sys.executable, "-c", code, paths, challenge.id]
     env = worker_env("/nonexistent-scratch")
     env.pop("TORCHINDUCTOR_CACHE_DIR")
     done = subprocess.run(argv, env=env, capture_output=True, check=True, timeout=DEADLINE)
