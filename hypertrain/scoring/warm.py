@@ -22,8 +22,12 @@ Promises of :meth:`WarmScorer.score`, beyond :func:`~hypertrain.scoring.sandbox.
   (:func:`nurseries.end_job`) and the lifeline, then the audit hook
   (:func:`hypertrain.scoring.audit.arm`). So the sandbox-escape tests hold for it unchanged.
 - **The same bits** as a cold worker and as :func:`~hypertrain.scoring.sandbox.score_inline`
-  in a configured process: the server applied the same settings the same way, and ran no torch
-  operation before forking.
+  in a configured process: the server applied the same settings the same way, and its warm-up
+  passes (:mod:`hypertrain.scoring.warmup`) start no thread and change no setting a job reads.
+- **The server writes where this program logs, whatever that is**: it inherits this
+  program's stderr with no file-size limit of its own (a limit of 0, as its children get,
+  made its first line to a log *file* fail with ``EFBIG``, losing the reason it ended); each
+  child applies the job's rlimits itself after the fork.
 - **A job never reaches the server**: a crash, a signal, an exit, a loop or a fork in a child
   ends only that child (another process, which has no way to the control socket); the next
   job runs on the same server.
@@ -59,13 +63,12 @@ from hypertrain.scoring.jobs import check_job_inputs
 from hypertrain.scoring.outcome import ScoreOutcome, classify
 from hypertrain.scoring.registry import Challenge
 from hypertrain.scoring.sandbox import (
-    FILE_SIZE_BYTES,
     OUTPUT_CAP,
     run_scorer,
     worker_env,
     worker_limits,
 )
-from nurseries import ForkServer, ForkServerGone, Limits, open_fork_server
+from nurseries import ForkServer, ForkServerGone, open_fork_server
 
 __all__ = [
     "MAX_STARTS",
@@ -123,7 +126,6 @@ class WarmScorer:
             async with open_fork_server(
                 server_argv(self._python),
                 env=worker_env(scratch) | dict(self._server_env),
-                limits=Limits(file_size_bytes=FILE_SIZE_BYTES),
                 start_timeout=START_TIMEOUT,
             ) as server:
                 task_status.started(server)

@@ -14,6 +14,7 @@ replaced and its job runs cold. Real time: a deadline for the whole.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 from pathlib import Path
 
@@ -70,6 +71,11 @@ async def test_one_warm_server_scores_refuses_survives_and_is_replaced(
             }
             honest = await scorer.score(DELTA_LOSS, job)
             statistics = scorer.statistics()
+            server = await scorer.server()
+            assert server is not None
+            # Its stderr is this process's (pytest's capture file here, a log file under the
+            # demo): a file-size limit of its own would make its first line there fail.
+            server_file_size = resource.prlimit(server.server_pid, resource.RLIMIT_FSIZE)
             lost = await _kill_the_server_during_a_job(scorer, model_json)
             after = await scorer.score(DELTA_LOSS, job)
             replaced = scorer.statistics()
@@ -95,6 +101,7 @@ async def test_one_warm_server_scores_refuses_survives_and_is_replaced(
     assert not _hostile_files()
     jobs = 4 + len(REFUSED) + len(runaways) + 1
     assert statistics == WarmStatistics(jobs, 0, 1)  # every job on the first server
+    assert server_file_size == (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
     assert lost.failure == "timeout"  # the cold rerun's own outcome
     assert after.ok, after
     assert after.result == first.result
