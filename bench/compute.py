@@ -11,10 +11,10 @@ worker, same backlog). The step window (``HYPERTRAIN_COMPUTE_WAIT_MS``) is one h
 fallback never takes a step during the run. Load comes from a separate process (this script
 with ``--load``, pinned to the other CPUs) speaking raw-socket HTTP/1.1 keep-alive.
 
-Rows (``hello POST`` and ``lease -> result`` are measured in ``--slices`` alternating slices,
-so that the machine's load, which other work changes, weighs on both alike):
+Rows (``hello POST``, ``lease -> result`` and ``result+next`` are measured in ``--slices``
+alternating slices, so that the machine's load, which other work changes, weighs on all alike):
 
-Each of the two also prints the server process's CPU time per request (its whole process time
+Each of them also prints the server process's CPU time per request (its whole process time
 over the row's slices, warm-up included, over the requests sent): on a machine busy with other
 work the ratio of these is steadier than the ratio of the rates.
 
@@ -30,6 +30,12 @@ work the ratio of these is steadier than the ratio of the rates.
   book ran dry (a note says so: raise ``--jobs``). The figure depends on the book's depth: the
   lease transaction sorts every queued copy (``USE TEMP B-TREE FOR ORDER BY``), so a deeper
   ``--jobs`` gives fewer cycles/s.
+- ``result+next`` (issue 17 goal 3): the same, each result post carrying the node's next lease
+  request (``next``: the lease body above), so that a cycle is one request: the node leases
+  the plain way only when the last answer carried no copy. Printed beside the two-request row:
+  cycles/s, requests/s (answered requests over the measured seconds), requests a cycle, and
+  each rate's ratio to the ``hello POST`` rate of the same run (goal: requests/s at least 0.6x),
+  with the write and read transactions a request.
 - ``long polls``: nothing queued; N connections at once each post one lease with ``wait_ms``
   ``--hold-ms`` (default 5000 to keep the run short; 25000 is the route's maximum), the N
   polls sharing ``--poll-keys`` node keys round robin. N ramps through ``--polls`` and stops at
@@ -57,6 +63,10 @@ the run.
     .venv/bin/python bench/compute.py [--seconds 4] [--slices 4] [--nodes 32] [--jobs 1000]
         [--hold-ms 5000] [--polls 500,1000,2000,4000] [--poll-keys 50] [--burst 1000]
 
+``--polls ""`` and ``--burst ""`` skip those rows (the cycle rows alone take about 20 s);
+``--profile PATH`` writes a cProfile of the server process (CPU time) during the
+``result+next`` row to PATH (its figures are then slowed by the profiler).
+
 The default run takes about 75 s.
 
 Run it as a script: ``python bench/compute.py``.
@@ -65,9 +75,11 @@ Run it as a script: ``python bench/compute.py``.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import math
 import os
+import pstats
 import resource
 import secrets
 import sqlite3
@@ -89,6 +101,7 @@ from hypertrain.daemon.main import DaemonHandle, serve_daemon
 from hypertrain.daemon.settings import DaemonSettings
 from hypertrain.protocol.keys import Keypair, write_seed_file
 from hypertrain.scoring.registry import DELTA_LOSS
+from hypertrain.store import Database
 from nurseries import SystemClock, serve_asgi, tune_collector_for_serving
 
 WARMUP: Final = 0.5
@@ -176,36 +189,50 @@ async def _hello_loop(spec: dict[str, Any], counts: dict[str, Any], stop: list[f
     async with conn.stream:
         while time.perf_counter() < stop[0]:
             status, _ = await conn.post("/", LEASE_BODY)
-            counts["requests"] += 1
-            if time.perf_counter() >= stop[1]:
-                counts["ok" if status == 200 else "errors"] += 1
+            _count(counts, stop, "ok" if status == 200 else "errors")
+
+
+def _count(counts: dict[str, Any], stop: list[float], key: str) -> None:
+    """Count one answered request, and ``key`` when the measurement is on (past the warm-up)."""
+    counts["requests"] += 1
+    if time.perf_counter() >= stop[1]:
+        counts["timed_requests"] += 1
+        counts[key] += 1
 
 
 async def _cycle_loop(
     spec: dict[str, Any], key: str, counts: dict[str, Any], stop: list[float]
 ) -> None:
+    """A node's loop: a lease, then its result; with ``spec["next"]`` the result carries the
+    next lease request and its answer's job is the next one (a lease only when it has none)."""
     conn = await _connect(spec)
     lease_body = {**LEASE_BODY, "wait_ms": CYCLE_WAIT_MS}
+    job = None
     async with conn.stream:
         while time.perf_counter() < stop[0]:
-            status, raw = await conn.post("/v1/compute/jobs/lease", lease_body, key)
-            counts["requests"] += 1
-            job = json.loads(raw).get("job") if status == 200 else None
             if job is None:
-                counts["empty" if status == 200 else "errors"] += 1
-                if status != 200:
-                    _note(counts, f"lease {status} {raw[:80]!r}")
-                continue
+                status, raw = await conn.post("/v1/compute/jobs/lease", lease_body, key)
+                job = json.loads(raw).get("job") if status == 200 else None
+                if job is None:
+                    _count(counts, stop, "empty" if status == 200 else "errors")
+                    if status != 200:
+                        _note(counts, f"lease {status} {raw[:80]!r}")
+                    continue
+                _count(counts, stop, "leased")
             result = {"lease": job["lease"], "ok": True, "result": ANSWER}
+            if spec.get("next"):
+                result["next"] = lease_body
             status, raw = await conn.post(f"/v1/compute/jobs/{job['id']}/result", result, key)
-            counts["requests"] += 1
             answer = json.loads(raw)
             good = status == 200 and answer.get("status") == "counted"
+            _count(counts, stop, "ok" if good else "errors")
             if time.perf_counter() >= stop[1]:
-                counts["ok" if good else "errors"] += 1
                 counts["settled"] += good and answer.get("job_state") == "settled"
             if not good:
                 _note(counts, f"result {status} {raw[:80]!r}")
+            job = answer.get("next", {}).get("job") if spec.get("next") and good else None
+            if spec.get("next") and good and job is None:
+                counts["empty"] += time.perf_counter() >= stop[1]
 
 
 async def _timed(spec: dict[str, Any], loops: list[Any]) -> dict[str, Any]:
@@ -213,9 +240,11 @@ async def _timed(spec: dict[str, Any], loops: list[Any]) -> dict[str, Any]:
         "ok": 0,
         "errors": 0,
         "empty": 0,
+        "leased": 0,
         "settled": 0,
         "stuck": 0,
         "requests": 0,
+        "timed_requests": 0,
     }
     begin = time.perf_counter()
     stop = [begin + spec["warmup"] + spec["seconds"], begin + spec["warmup"]]
@@ -326,7 +355,7 @@ async def _polls(spec: dict[str, Any]) -> dict[str, Any]:
 async def _load(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["mode"] == "hello":
         return await _timed(spec, [partial(_hello_loop, spec) for _ in range(spec["connections"])])
-    if spec["mode"] == "cycles":
+    if spec["mode"] in ("cycles", "one-request cycles"):
         return await _timed(spec, [partial(_cycle_loop, spec, key) for key in spec["keys"]])
     return await _polls(spec)
 
@@ -452,19 +481,44 @@ def _merge(results: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-async def _alternate(args: argparse.Namespace, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+async def _alternate(
+    args: argparse.Namespace, specs: list[dict[str, Any]], db: Database
+) -> list[dict[str, Any]]:
     """The rows of ``specs`` measured in ``--slices`` alternating slices of ``--seconds`` in
-    all each, so that a change in the machine's load hits every row alike."""
+    all each, so that a change in the machine's load hits every row alike; each slice also
+    records the server's CPU time and the database's write and read transactions."""
     seconds = args.seconds / args.slices
     timed = {"warmup": WARMUP, "seconds": seconds}
     limit = WARMUP + seconds + LOAD_TIMEOUT_MARGIN
     slices: list[list[dict[str, Any]]] = [[] for _ in specs]
+    profiles: list[cProfile.Profile] = []
     for _ in range(args.slices):
         for spec, done in zip(specs, slices, strict=True):
-            cpu = time.process_time()
+            cpu, before = time.process_time(), db.statistics()
+            profiler = cProfile.Profile(time.process_time) if spec.get("profile") else None
+            if profiler is not None:
+                profiles.append(profiler)
+                profiler.enable()
             result = await _measure({**spec, **timed}, limit)
-            done.append({**result, "cpu": time.process_time() - cpu})
+            if profiler is not None:
+                profiler.disable()
+            after = db.statistics()
+            done.append(
+                {
+                    **result,
+                    "cpu": time.process_time() - cpu,
+                    "writes": after.writes - before.writes,
+                    "reads": after.reads - before.reads,
+                }
+            )
+    if profiles:
+        pstats.Stats(*profiles).dump_stats(args.profile)
     return [_merge(done) for done in slices]
+
+
+def _req_rate(row: dict[str, Any]) -> float:
+    """A row's answered requests per second over its measured time (cycles' rate: ``rate``)."""
+    return float(row["timed_requests"] / row["seconds"]) if row.get("seconds") else 0.0
 
 
 def _cpu_us(row: dict[str, Any]) -> float:
@@ -578,65 +632,70 @@ async def serve_and_measure(args: argparse.Namespace) -> None:
             )
             hello_spec = {**_address(hello_url), "mode": "hello", "connections": args.nodes}
             cycles_spec = {**_address(handle.url), "mode": "cycles", "keys": keys}
-            before = handle.ctx.db.statistics()
-            hello, cycles = await _alternate(args, [hello_spec, cycles_spec])
-            after = handle.ctx.db.statistics()
-            per = max(cycles["requests"], 1)
+            one_spec = {**cycles_spec, "mode": "one-request cycles", "next": True}
+            one_spec["profile"] = args.profile is not None
+            rows = await _alternate(args, [hello_spec, cycles_spec, one_spec], handle.ctx.db)
+            hello, two, one = rows
             print(
-                f"{'hello POST':18s} {hello['rate']:9.0f} req/s"
+                f"{'hello POST':22s} {hello['rate']:9.0f} req/s"
                 f"  ({hello['ok']} ok, {hello['errors']} errors, {hello['stuck']} stuck;"
                 f" server CPU {_cpu_us(hello):.0f} us/request)"
             )
             _notes(hello)
+            for name, row in (("lease -> result", two), ("result+next", one)):
+                per = max(row["requests"], 1)
+                print(
+                    f"{name:22s} {row['rate']:9.0f} cycles/s = {_req_rate(row):.0f} req/s"
+                    f" ({row['timed_requests'] / max(row['ok'], 1):.2f} requests a cycle;"
+                    f" {row['ok']} ok, {row['settled']} steps settled, {row['errors']} errors,"
+                    f" {row['stuck']} stuck, {row['leased']} plain leases with a copy,"
+                    f" {row['empty']} empty; server CPU {_cpu_us(row):.0f} us/request;"
+                    f" {row['writes'] / per:.2f} write and {row['reads'] / per:.2f} read"
+                    f" transactions a request)"
+                )
+                _notes(row)
             left = await handle.ctx.db.read(_queued)
-            print(
-                f"{'lease -> result':18s} {cycles['rate']:9.0f} cycles/s"
-                f" = {2 * cycles['rate']:.0f} req/s  ({cycles['ok']} ok, {cycles['settled']}"
-                f" steps settled, {cycles['errors']} errors, {cycles['stuck']} stuck,"
-                f" {cycles['empty']} empty leases, {left} copies still queued;"
-                f" server CPU {_cpu_us(cycles):.0f} us/request;"
-                f" {(after.writes - before.writes) / per:.2f} write and"
-                f" {(after.reads - before.reads) / per:.2f} read transactions a request)"
-            )
-            _notes(cycles)
-            if cycles["empty"] or left == 0:
-                print("    note: the book ran dry during the row; raise --jobs")
+            print(f"    {left} copies still queued")
+            if two["empty"] or one["empty"] or left == 0:
+                print("    note: the book ran dry during a row; raise --jobs")
             # Long polls only wait when nothing is queued: take the rest of the book out.
             await handle.ctx.db.write(_end_queued)
-            print(
-                f"long polls: wait_ms {args.hold_ms}, nothing queued, {args.poll_keys} node keys"
-                f" shared round robin; a level passes when every poll is answered {{'job': null}},"
-                f" none before its hold, and all were surely held at one instant"
-            )
-            best = await _ramp(args, handle.url, poll_keys)
+            if args.polls:
+                print(
+                    f"long polls: wait_ms {args.hold_ms}, nothing queued, {args.poll_keys}"
+                    " node keys shared round robin; a level passes when every poll is answered"
+                    " {'job': null}, none before its hold, and all were surely held at one"
+                    " instant"
+                )
+            best = await _ramp(args, handle.url, poll_keys) if args.polls else 0
             if args.burst:
                 await _burst(args, handle, poll_keys)
             print()
             print(f"hello POST (bare hypercorn)     {hello['rate']:9.0f} req/s")
-            print(f"lease -> result                 {cycles['rate']:9.0f} cycles/s")
-            top = ">=" if best == max(args.polls) else "  "
-            print(
-                f"concurrent long polls held    {top}{best:9d} (wait_ms {args.hold_ms};"
-                f" levels {','.join(map(str, args.polls))})"
-            )
+            print(f"lease -> result (two requests)  {two['rate']:9.0f} cycles/s")
+            print(f"result+next (one request)       {one['rate']:9.0f} cycles/s")
+            if args.polls:
+                top = ">=" if best == max(args.polls) else "  "
+                print(
+                    f"concurrent long polls held    {top}{best:9d} (wait_ms {args.hold_ms};"
+                    f" levels {','.join(map(str, args.polls))})"
+                )
             if hello["rate"] > 0:
-                ratio = cycles["rate"] / hello["rate"]
-                print(
-                    f"ratio cycles/s / hello req/s: {ratio:.3f}"
-                    f" (requests: {2 * ratio:.3f}; one cycle is two requests)"
-                )
-                print(
-                    f"ratio of server CPU per request, hello / lease path:"
-                    f" {_cpu_us(hello) / _cpu_us(cycles):.3f} (the same ratio where the server,"
-                    f" not the machine's other work, is the limit)"
-                )
+                for name, row in (("lease -> result", two), ("result+next", one)):
+                    print(
+                        f"ratio {name} / hello POST: cycles {row['rate'] / hello['rate']:.3f},"
+                        f" requests {_req_rate(row) / hello['rate']:.3f};"
+                        f" server CPU per request, hello / {name}:"
+                        f" {_cpu_us(hello) / _cpu_us(row):.3f}"
+                    )
             handle.request_shutdown()
             nursery.cancel_scope.cancel()
 
 
 def _levels(text: str) -> list[int]:
+    """A comma-separated list of positive counts; empty (``""``): the rows are skipped."""
     levels = [int(part) for part in text.split(",") if part.strip()]
-    if not levels or min(levels) < 1:
+    if levels and min(levels) < 1:
         raise argparse.ArgumentTypeError("a comma-separated list of positive counts")
     return levels
 
@@ -665,6 +724,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--late-s", type=float, default=10.0, help="seconds a poll may take beyond connect + hold"
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="PATH",
+        help="profile the server (cProfile, CPU time) during the result+next row; pstats to PATH",
     )
     args = parser.parse_args()
     cpus = os.sched_getaffinity(0)

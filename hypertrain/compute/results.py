@@ -9,7 +9,10 @@ order: ``NotFound`` 404 unknown copy; ``Forbidden`` 403 a copy not leased to thi
 converter) or whose answer :func:`answers.answer_of` refuses for the job's challenge;
 ``Forbidden`` 403 a lease token that is not this copy's (a body posted to another copy carries
 the wrong token and is refused outright); ``Conflict`` 409 an answer different from the one
-already recorded for the copy. None of these strikes anyone.
+already recorded for the copy. None of these strikes anyone. :func:`submit_result` is
+:func:`check_result` (every refusal but the 409, nothing written) then :func:`take_result`
+(the rest): a caller that must know the parsed post before anything changes (the lease asked
+with the result, :mod:`hypertrain.coordinator.flows.compute`) runs the two itself.
 
 In order, for the copy's own node with the right token:
 
@@ -32,11 +35,13 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import attrs
+
 from hypertrain.compute.answers import Answer, answer_of
 from hypertrain.compute.jobs import queued_event
 from hypertrain.compute.keys import secret_matches
 from hypertrain.compute.ledger import set_verdict
-from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event, Node, iso_ms
+from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event, Job, Node, iso_ms
 from hypertrain.compute.nodes import get_node
 from hypertrain.compute.rows import Copy, counted, get_copy, get_job
 from hypertrain.compute.rules import decide, judge
@@ -51,9 +56,9 @@ from hypertrain.compute.wire import (
 )
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import Conflict, Forbidden
-from hypertrain.scoring.registry import get_challenge
+from hypertrain.scoring.registry import Challenge, get_challenge
 
-__all__ = ["GONE", "Submitted", "submit_result"]
+__all__ = ["GONE", "Checked", "Submitted", "check_result", "submit_result", "take_result"]
 
 GONE = 410
 
@@ -90,6 +95,32 @@ def _respond(
     return 200, answer, events
 
 
+@attrs.frozen
+class Checked:
+    """A result post that passed the refusals :func:`check_result` makes; nothing written."""
+
+    copy: Copy
+    job: Job
+    challenge: Challenge
+    posted: ResultPost
+    answer: Answer
+
+
+def check_result(conn: sqlite3.Connection, node: Node, copy_id: str, body: object) -> Checked:
+    """The refusals of a result post before any change, in the module doc's order: 404, 403,
+    400 (the whole :class:`~hypertrain.compute.wire.ResultPost`, its ``next`` included), 403."""
+    copy = get_copy(conn, copy_id)
+    if copy.node_id != node.node_id:
+        raise Forbidden(f"copy {copy_id} is not leased to this node")
+    job = get_job(conn, copy.job_id)
+    challenge = get_challenge(job.challenge)
+    posted = structure(ResultPost, body)
+    answer = answer_of(challenge, posted)
+    if copy.token_hash is None or not secret_matches(posted.lease, copy.token_hash):
+        raise Forbidden(f"the lease token is not the one of copy {copy_id}")
+    return Checked(copy, job, challenge, posted, answer)
+
+
 def submit_result(
     conn: sqlite3.Connection,
     node: Node,
@@ -100,15 +131,21 @@ def submit_result(
     settings: ComputeSettings = DEFAULT_SETTINGS,
 ) -> Submitted:
     """Take one result post, ``body`` the posted JSON (module doc)."""
-    copy = get_copy(conn, copy_id)
-    if copy.node_id != node.node_id:
-        raise Forbidden(f"copy {copy_id} is not leased to this node")
-    job = get_job(conn, copy.job_id)
-    challenge = get_challenge(job.challenge)
-    posted = structure(ResultPost, body)
-    answer = answer_of(challenge, posted)
-    if copy.token_hash is None or not secret_matches(posted.lease, copy.token_hash):
-        raise Forbidden(f"the lease token is not the one of copy {copy_id}")
+    checked = check_result(conn, node, copy_id, body)
+    return take_result(conn, node, checked, now_ms, settings=settings)
+
+
+def take_result(
+    conn: sqlite3.Connection,
+    node: Node,
+    checked: Checked,
+    now_ms: int,
+    *,
+    settings: ComputeSettings = DEFAULT_SETTINGS,
+) -> Submitted:
+    """Apply a result post :func:`check_result` passed (module doc, from step 1)."""
+    copy, job, challenge, answer = checked.copy, checked.job, checked.challenge, checked.answer
+    copy_id = copy.copy_id
     if copy.answer_key is not None:
         if copy.answer_key == answer.key() and copy.response is not None:
             return 200, copy.response, []

@@ -24,11 +24,18 @@ field by field and in this order::
                      kill_after_ms, memory_bytes, version, objective, lease, deadline_ms}
     InputFile       {name, sha256, size}
     DisabledAnswer  {detail, reenable_at_ms, reenable_at}
-    ResultPost      {lease, ok, result?, class?, error?, busy?}
-    ResultAnswer    {copy, status: "released" | "held"}
-                  | {copy, status: "judged", verdict, compute_credits}
+    ResultPost      {lease, ok, result?, class?, error?, busy?, next?: LeaseRequest}
+    ResultAnswer    {copy, status: "released" | "held", next?: LeaseAnswer}
+                  | {copy, status: "judged", verdict, compute_credits, next?}
                   | {copy, status: "counted", verdict (null until settled), job_state,
-                     compute_credits}
+                     compute_credits, next?}
+
+A result post may carry the node's next lease request (``next``), so that one request both
+answers a copy and leases the next (issue 17 goal 3): the 200 answer then carries that lease's
+answer under ``next`` (a copy, or ``{"job": null}`` after the poll's ``wait_ms``). ``next`` is
+absent from the answer when no lease was taken: none was asked, the result was not answered
+200, the node is disabled by now, or the daemon is stopping; the node then leases the plain
+way (which answers the 403 or 503 that says why).
 
 Decoding is strict (the converter's rules: unknown keys refused, ints are ints within
 0..2^53-1 where they count something, never bools, strings are strings) and each class checks
@@ -232,7 +239,8 @@ class ResultPost:
 
     ``ok: true`` carries ``result`` (the scorer's output object); ``ok: false`` carries the
     failure ``class`` and an ``error`` text, or ``busy: true`` when the node gives the copy
-    back without a verdict.
+    back without a verdict. ``next``: the node's next lease request, taken in the same
+    transaction once the result is answered 200 (module doc).
     """
 
     lease: str = attrs.field(validator=_non_empty, repr=False)
@@ -241,6 +249,7 @@ class ResultPost:
     class_: Annotated[str | None, override(rename="class")] = None
     error: str | None = None
     busy: bool = False
+    next: LeaseRequest | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -250,6 +259,8 @@ class ResultStatus:
 
     copy: str
     status: Literal["released", "held"]
+    next: LeaseAnswer | None = None
+    """The lease asked with the result (``ResultPost.next``), when one was taken."""
 
 
 @attrs.frozen(kw_only=True)
@@ -260,6 +271,7 @@ class ResultJudged:
     status: Literal["judged"]
     verdict: Verdict
     compute_credits: int = attrs.field(validator=u_int)
+    next: LeaseAnswer | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -272,6 +284,7 @@ class ResultCounted:
     verdict: Verdict | None
     job_state: JobState
     compute_credits: int = attrs.field(validator=u_int)
+    next: LeaseAnswer | None = None
 
 
 ResultAnswer = ResultStatus | ResultJudged | ResultCounted

@@ -16,7 +16,8 @@ One :class:`httpx.AsyncClient` with an injectable transport (tests pass
   :mod:`hypertrain.compute.wire`, encoded and decoded by the one converter, the same classes the
   coordinator uses. An answer that does not decode is :class:`Refused`, except a lease answer
   whose job does not: that is :class:`BadOffer` (the job is abandoned before a byte of it is
-  fetched).
+  fetched); so is the lease answer a result's answer carries (``next``), as a value beside the
+  result's answer, which stands.
 - **Retries** with :func:`nurseries.retry` (exponential backoff from :data:`DEFAULT_BACKOFF`,
   full jitter from the injected ``jitter`` source) until a deadline: the lease's for the input
   download and the result post (the caller passes it, on the Trio clock), :attr:`NodeClient.
@@ -24,7 +25,8 @@ One :class:`httpx.AsyncClient` with an injectable transport (tests pass
   answer starts) and registering with a key retry network errors and 5xx; minting (register
   without a key) retries only a failed connection, since a request that was sent may have
   minted a key already; the result post retries network errors only (the server answers an
-  identical repeated body the same way). The lease poll is not retried here: the node's loop
+  identical repeated body the same way; one that carried the next lease request is leased
+  anew). The lease poll is not retried here: the node's loop
   backs off between polls (:mod:`hypertrain.node.runner`, on the same schedule). An answer's
   ``Retry-After`` (delta seconds; a shutting-down coordinator sends one with its 503) is the
   least wait before the next try, here and in the loop: the errors carry it as
@@ -95,6 +97,8 @@ __all__ = [
 
 MAX_ANSWER_BYTES: Final = 1 << 20
 """Bytes of a JSON answer the client reads; a longer one is :class:`Refused`."""
+_NEXT_REFUSED: Final = "unknown field(s) 'next'"
+"""What a coordinator that predates ``ResultPost.next`` answers (400) to a post carrying it."""
 
 T = TypeVar("T")
 
@@ -132,6 +136,10 @@ class PostAnswer:
     http_status: int
     answer: ResultAnswer | None
     detail: str = ""
+    next: LeaseAnswer | BadOffer | None = None
+    """The lease asked with the result (``ResultPost.next``): its answer, :class:`BadOffer`
+    when its job did not decode, None when the answer carried no lease (the node leases the
+    plain way)."""
 
     @property
     def accepted(self) -> bool:
@@ -202,6 +210,8 @@ class NodeClient:
         self.retry_budget = retry_budget
         self._jitter = jitter
         self._key: str | None = None
+        self.next_in_results = True
+        """Whether the coordinator takes a result's next lease request (:meth:`post_result`)."""
         # The node's key must reach its coordinator and no one else: the environment's proxy
         # variables (HTTP_PROXY, ALL_PROXY...) are ignored; only ``proxy`` (--proxy) is used.
         self._http = httpx.AsyncClient(
@@ -375,17 +385,25 @@ class NodeClient:
         self, copy_id: str, post: ResultPost, *, deadline: float | None = None
     ) -> PostAnswer:
         """``POST /v1/compute/jobs/{id}/result`` (module doc: retried on network errors until
-        ``deadline``, the lease's on the Trio clock)."""
+        ``deadline``, the lease's on the Trio clock). A post that carries the node's next lease
+        request (``post.next``) waits as a lease poll does (:attr:`NodeTimeouts.lease_read`);
+        the lease's answer is :attr:`PostAnswer.next`. A coordinator that refuses the field
+        (400 ``unknown field(s) 'next'``: nothing was applied) gets the post again without it,
+        and :attr:`next_in_results` is False from then on."""
         body = unstructure(post)
         if len(json.dumps(body).encode()) > BODY_LIMIT:
             raise Refused(413, f"the result is over {BODY_LIMIT} bytes; not sent")
         path = f"/v1/compute/jobs/{_segment(copy_id)}/result"
+        read = None if post.next is None else self.timeouts.lease_read
 
         async def call() -> _Answer:
-            return await self._send("POST", path, body=body, auth=True)
+            return await self._send("POST", path, body=body, auth=True, read=read)
 
         answer = await self._retrying(call, retry_on=(httpx.TransportError,), deadline=deadline)
         status = answer.status
+        if post.next is not None and status == 400 and _NEXT_REFUSED in _detail(answer.body, ""):
+            self.next_in_results = False
+            return await self.post_result(copy_id, attrs.evolve(post, next=None), deadline=deadline)
         if status in (409, 410):
             detail = _detail(answer.body, "late" if status == 410 else "another answer was posted")
             return PostAnswer(status, None, detail)
@@ -393,10 +411,21 @@ class NodeClient:
             checked = self._check(answer)
         except _ServerError as e:
             raise Refused(e.status, e.detail, retry_after=e.retry_after) from e
+        carried = checked.pop("next", None) if isinstance(checked, dict) else None
         try:
-            return PostAnswer(200, read_result_answer(checked))
+            result = read_result_answer(checked)
         except SchemaError as e:
             raise Refused(status, f"unreadable answer: {e.detail}") from e
+        return PostAnswer(200, result, next=None if carried is None else _next_lease(carried))
+
+
+def _next_lease(carried: object) -> LeaseAnswer | BadOffer:
+    """The lease answer a result's answer carried; :class:`BadOffer` when it does not decode
+    (its job is abandoned, the result's answer stands)."""
+    try:
+        return structure(LeaseAnswer, carried)
+    except SchemaError as e:
+        return BadOffer(e.detail)
 
 
 def _raise_disabled(body: Any) -> None:

@@ -22,6 +22,16 @@
   :func:`~hypertrain.scoring.sandbox.run_scorer`); the result posted with the lease token; the
   job directory dropped. An abandoned or skipped job posts nothing: its lease
   expires without a strike. A post's 410 (late) or 409 is reported, not fatal.
+- **One request a cycle**: outside ``--once``, a result post carries the node's next lease
+  request (``ResultPost.next``: the last probed profile and ``lease_wait_ms``), unless the
+  coordinator refused the field once (:attr:`~hypertrain.node.client.NodeClient.
+  next_in_results`) or the capabilities are due to be probed again; the job its answer carries
+  is the next turn's, with no lease poll of its own (a malformed one is abandoned, a
+  ``{"job": null}`` is an empty poll). An answer without ``next`` (a late post, a node
+  disabled by now, a stopping or an older coordinator): the next turn leases the plain way.
+  A carried request counts as a lease start for ``min_poll_interval`` but is not delayed by it
+  (a job ran since the last lease), so a coordinator that answers ``{"job": null}`` at once
+  still cannot make the node spin.
 - **Disabled** (the lease's 403): one line with the re-enable time, then bounded sleeps
   (at most ``disabled_recheck`` each) until then, and leasing again; never an exit (``--once``:
   exit 1).
@@ -56,7 +66,7 @@ import trio
 from cattrs.gen import override
 
 from hypertrain.compute.keys import is_node_key
-from hypertrain.compute.wire import LeaseGrant
+from hypertrain.compute.wire import LeaseAnswer, LeaseGrant, LeaseRequest
 from hypertrain.node.cache import DEFAULT_MAX_BYTES, InputCache
 from hypertrain.node.client import NodeClient
 from hypertrain.node.errors import (
@@ -200,6 +210,7 @@ class NodeRunner:
         self._probed: Probed | None = None
         self._probed_at = -float("inf")
         self._last_lease_at = -float("inf")
+        self._handed: LeaseGrant | None = None
         self._disabled_seen: tuple[int | None, str] | None = None
         self._backoff = Backoff(initial=settings.backoff_start, maximum=settings.backoff_cap)
         self._draw = draw
@@ -304,26 +315,29 @@ class NodeRunner:
         return probed
 
     async def turn(self, *, once: bool = False) -> Turn:
-        """One lease poll and, if a job comes, that job (module doc)."""
-        probed = await self._refresh_probe()
-        await trio.sleep_until(self._last_lease_at + self.settings.min_poll_interval)
-        self._last_lease_at = trio.current_time()
-        try:
-            grant = await self.client.lease(
-                probed.capabilities, probed.hardware, self.settings.lease_wait_ms
-            )
-        except Disabled as e:
-            await self._disabled(e, once)
-            return "disabled"
-        except Unauthorized as e:
-            raise NodeFatal(f"the coordinator no longer knows this node's key: {e}") from e
-        except BadOffer as e:
-            self._answered()
-            return self._drop("abandoned", "offer", f"malformed offer ({e})")
-        self._answered()
+        """One lease poll (or the job the last result's answer handed over) and, if a job
+        comes, that job (module doc)."""
+        grant, self._handed = self._handed, None
         if grant is None:
-            return "empty"
-        return await self._job(grant)
+            probed = await self._refresh_probe()
+            await trio.sleep_until(self._last_lease_at + self.settings.min_poll_interval)
+            self._last_lease_at = trio.current_time()
+            try:
+                grant = await self.client.lease(
+                    probed.capabilities, probed.hardware, self.settings.lease_wait_ms
+                )
+            except Disabled as e:
+                await self._disabled(e, once)
+                return "disabled"
+            except Unauthorized as e:
+                raise NodeFatal(f"the coordinator no longer knows this node's key: {e}") from e
+            except BadOffer as e:
+                self._answered()
+                return self._drop("abandoned", "offer", f"malformed offer ({e})")
+            self._answered()
+            if grant is None:
+                return "empty"
+        return await self._job(grant, chain=not once)
 
     def _answered(self) -> None:
         """The lease was answered: the error backoff and the disabled notice start over."""
@@ -352,18 +366,20 @@ class NodeRunner:
         self._say(f"job {name} {kind}: {why}; nothing posted (the lease expires, no strike)")
         return kind
 
-    async def _job(self, offer: LeaseGrant) -> Turn:
+    async def _job(self, offer: LeaseGrant, *, chain: bool) -> Turn:
         challenge = fit(offer, self.registry)
         if isinstance(challenge, str):
             why = f"{challenge}; upgrade hypertrain on this node to run such jobs"
             return self._drop("skipped", f"{offer.copy_id} {offer.label}", why)
         label = f"{offer.copy_id} {offer.label}"
         try:
-            return await self._fetch_and_score(offer, challenge, label)
+            return await self._fetch_and_score(offer, challenge, label, chain=chain)
         finally:
             self.cache.drop_job(offer.copy_id)
 
-    async def _fetch_and_score(self, offer: LeaseGrant, challenge: Challenge, label: str) -> Turn:
+    async def _fetch_and_score(
+        self, offer: LeaseGrant, challenge: Challenge, label: str, *, chain: bool
+    ) -> Turn:
         lease_left = download_bound(offer, challenge, self._wall.now())
         if lease_left <= 0:
             why = "the lease ends before the scorer's kill time would; no time for the inputs"
@@ -398,15 +414,25 @@ class NodeRunner:
         except Exception as e:  # the scorer could not start (OSError) or a bug: no verdict
             return self._drop("abandoned", label, f"the scorer did not run ({e!r})")
         self._counts["jobs"] += 1
-        return await self._post(offer, challenge, outcome, label)
+        return await self._post(offer, challenge, outcome, label, chain=chain)
 
     async def _post(
-        self, offer: LeaseGrant, challenge: Challenge, outcome: ScoreOutcome, label: str
+        self,
+        offer: LeaseGrant,
+        challenge: Challenge,
+        outcome: ScoreOutcome,
+        label: str,
+        *,
+        chain: bool,
     ) -> Turn:
         done = describe(challenge, outcome)
+        ask = self._next_request() if chain else None
+        post = attrs.evolve(result_post(offer, outcome), next=ask)
+        if ask is not None:
+            self._last_lease_at = trio.current_time()
         try:
             answer = await self.client.post_result(
-                offer.copy_id, result_post(offer, outcome), deadline=self._lease_deadline(offer)
+                offer.copy_id, post, deadline=self._lease_deadline(offer)
             )
         except Unreachable:
             self._record(offer, outcome, "not delivered")
@@ -426,7 +452,31 @@ class NodeRunner:
             f"job {label}: {done} -> {answer.describe()}"
             f" [{c['jobs']} done, {c['posted']} posted, {c['accepted']} accepted]"
         )
+        self._take_next(answer.next)
         return "posted"
+
+    def _next_request(self) -> LeaseRequest | None:
+        """The lease request a result post carries (module doc): None when the coordinator
+        does not take one or the capabilities are due to be probed again."""
+        probed = self._probed
+        fresh = trio.current_time() - self._probed_at < self.settings.capability_refresh
+        if probed is None or not fresh or not self.client.next_in_results:
+            return None
+        return LeaseRequest(
+            capabilities=probed.capabilities,
+            hardware=probed.hardware,
+            wait_ms=self.settings.lease_wait_ms,
+        )
+
+    def _take_next(self, carried: LeaseAnswer | BadOffer | None) -> None:
+        """The lease a result's answer carried: its job is the next turn's (module doc)."""
+        if carried is None:
+            return
+        self._answered()
+        if isinstance(carried, BadOffer):
+            self._drop("abandoned", "offer", f"malformed offer ({carried})")
+        else:
+            self._handed = carried.job
 
     def _lease_deadline(self, offer: LeaseGrant) -> float:
         """The lease's ``deadline_ms`` (wall clock) as a Trio time: the retries' bound."""

@@ -54,10 +54,16 @@ class FakeCoordinator:
     lease_failures: list[int | httpx.Response | type[Exception]] = attrs.field(factory=list)
     disabled_until_ms: int | None = None
     post_status: int = 200
+    next_mode: str = "take"
+    """A result's ``next`` lease request: "take" it (the daemon), "ignore" it (answer without
+    ``next``, as for a node disabled by now) or "refuse" it (400, as an older daemon)."""
     stall: set[str] = attrs.field(factory=set)
     """Input names whose download stops after the first chunk and never ends."""
     registers: list[dict[str, Any]] = attrs.field(factory=list)
     lease_times: list[float] = attrs.field(factory=list)
+    """When each plain lease poll came."""
+    next_times: list[float] = attrs.field(factory=list)
+    """When each lease carried by a result post was taken."""
     fetches: list[tuple[str, str]] = attrs.field(factory=list)
     results: list[tuple[str, dict[str, Any]]] = attrs.field(factory=list)
     requests: list[httpx.Request] = attrs.field(factory=list)
@@ -133,6 +139,8 @@ class FakeCoordinator:
             )
         if len(parts) == 6 and parts[5] == "result":
             self.results.append((parts[4], body))
+            if "next" in body and self.next_mode == "refuse":
+                return _answer(400, {"detail": "ResultPost body: $: unknown field(s) 'next'"})
             if self.post_status == 410:
                 return _answer(410, {"detail": "the step was already settled"})
             counted = {
@@ -142,6 +150,9 @@ class FakeCoordinator:
                 "job_state": "queued",
                 "compute_credits": 0,
             }
+            if "next" in body and self.next_mode == "take":
+                self.next_times.append(trio.current_time())
+                counted["next"] = await self._job_or_null()
             return _answer(200, counted)
         return _answer(404, {"detail": "no route"})
 
@@ -188,7 +199,11 @@ class FakeCoordinator:
                     "reenable_at": iso_ms(self.disabled_until_ms),
                 },
             )
+        return _answer(200, await self._job_or_null())
+
+    async def _job_or_null(self) -> dict[str, Any]:
+        """The next offer, or ``{"job": null}`` after the hold."""
         if self.offers:
-            return _answer(200, {"job": self.offers.pop(0)})
+            return {"job": self.offers.pop(0)}
         await trio.sleep(self.hold)
-        return _answer(200, {"job": None})
+        return {"job": None}

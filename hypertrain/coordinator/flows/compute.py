@@ -3,7 +3,12 @@
 - :func:`receive_result`: a result post in ONE write: the node's key is authenticated (401
   missing, malformed or unknown; the node is marked seen), the body parsed as strict JSON
   (400), then :func:`~hypertrain.compute.submit_result` takes it (its own status table:
-  200/410 answered, 400/403/404/409 refused). A refusal rolls the whole transaction back;
+  200/410 answered, 400/403/404/409 refused). A refusal rolls the whole transaction back.
+  When the post carries the node's next lease request (``next``; a malformed one is refused
+  with the rest of the body, before anything changes) and the result is answered 200, the
+  same transaction then leases for it as :func:`lease_for_key` would, unless the node is
+  disabled by now (its own result may have struck it): no lease then, and the node's next
+  plain lease is answered its 403. The caller holds a lease that got nothing as a poll;
 - :func:`lease_for_key`: a lease request in ONE write: the key authenticated (401; the node
   is marked seen), the body parsed (400 JSON, 400 naming the field), a disabled node answered
   with its :class:`~hypertrain.compute.wire.DisabledAnswer` (403, nothing else changes), else
@@ -26,16 +31,22 @@ from hypertrain.compute import (
     Event,
     LeaseGrant,
     Node,
-    Submitted,
     authenticate,
+    get_node,
     iso_ms,
     secret_matches,
-    submit_result,
 )
 from hypertrain.compute.leases import lease_read
 from hypertrain.compute.nodes import mark_seen, node_of_key
+from hypertrain.compute.results import check_result, take_result
 from hypertrain.compute.rows import get_copy, get_job
-from hypertrain.compute.wire import LEASE_HEADER, DisabledAnswer, LeaseRequest
+from hypertrain.compute.wire import (
+    LEASE_HEADER,
+    DisabledAnswer,
+    ErrorAnswer,
+    LeaseRequest,
+    ResultAnswer,
+)
 from hypertrain.coordinator.tables.runs import get_run, list_runs, next_round_w
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.errors import Conflict, Forbidden, NotFound
@@ -44,6 +55,8 @@ from hypertrain.protocol.jcs import parse_json
 __all__ = [
     "HIDDEN_TRACE",
     "Leased",
+    "NextLease",
+    "Received",
     "benchmark_target",
     "input_of",
     "job_view",
@@ -54,6 +67,13 @@ __all__ = [
 HIDDEN_TRACE: Final = "trace.u16"
 
 
+NextLease = tuple[Node, LeaseRequest, LeaseGrant | None]
+"""The lease a result post asked for and got: the node (as leased), its request, the grant."""
+Received = tuple[int, ResultAnswer | ErrorAnswer, NextLease | None, list[Event]]
+"""What :func:`receive_result` returns: the result's status and answer, the lease taken with
+it (None: none was asked or taken) and the events of both."""
+
+
 def receive_result(
     conn: sqlite3.Connection,
     key: str,
@@ -62,10 +82,28 @@ def receive_result(
     now_ms: int,
     *,
     settings: ComputeSettings,
-) -> Submitted:
-    """One result post, authentication and submission together (module doc)."""
+    lease: bool = True,
+) -> Received:
+    """One result post, authentication, submission and the next lease together (module doc);
+    ``lease=False`` (the daemon stops): no lease, whatever the post asked."""
     node = authenticate(conn, key, now_ms)
-    return submit_result(conn, node, copy_id, parse_json(body), now_ms, settings=settings)
+    checked = check_result(conn, node, copy_id, parse_json(body))
+    status, answer, events = take_result(conn, node, checked, now_ms, settings=settings)
+    ask = checked.posted.next
+    if ask is None or status != 200 or not lease:
+        return status, answer, None, events
+    node = get_node(conn, node.node_id)
+    if node.disabled(now_ms):
+        return status, answer, None, events
+    grant, leased = lease_read(
+        conn,
+        node,
+        capabilities=ask.capabilities,
+        hardware=ask.hardware,
+        now_ms=now_ms,
+        settings=settings,
+    )
+    return status, answer, (node, ask, grant), [*events, *leased]
 
 
 Leased = tuple[Node, LeaseRequest, LeaseGrant | DisabledAnswer | None, list[Event]]

@@ -38,7 +38,10 @@ as a ``trace`` event naming the node. Result: a missing key is 401 before the bo
 then ONE write transaction authenticates the key and submits the body
 (:func:`~hypertrain.coordinator.flows.compute.receive_result`), and the book's answer is
 returned as is (200, or 410 for a late post that counts for nothing); 4xx errors change
-nothing. Every route runs its book transaction through
+nothing. A result may carry the node's next lease request (``next``: the lease's body), so
+that a cycle is one request: a 200 result is then answered with the lease's answer under
+``next``, leased in the same transaction and held as a lease poll when nothing is ready
+(:mod:`.leasepath`). Every route runs its book transaction through
 :meth:`~hypertrain.coordinator.computehub.ComputeHub.write` (or hands its events to
 :meth:`~hypertrain.coordinator.computehub.ComputeHub.publish`), which sends them on
 ``/v1/events`` as kind ``compute`` and wakes the waiters they concern.

@@ -22,7 +22,17 @@ which still lists both routes: 405 for other methods) with every guarantee of a 
   submits together (:func:`~hypertrain.coordinator.flows.compute.receive_result`); the body
   is parsed once, inside it. A poll that got nothing is held (route doc in :mod:`.compute`):
   it answers the copy handed to it, or ``{"job": null}`` at its ``wait_ms``, 503 when the
-  daemon stops, and it ends without an answer when the client disconnects.
+  daemon stops, and it ends without an answer when the client disconnects;
+- a result post that carries the node's next lease request (``next``, a
+  :class:`~hypertrain.compute.wire.LeaseRequest`) is one cycle in one request: its ONE write
+  transaction authenticates, submits and, when the result is answered 200, leases (a bad
+  ``next`` is a 400 naming it and nothing is applied; a refused result leases nothing). The
+  answer is the result's own with the lease's answer under ``next``. A lease that got nothing
+  is held exactly as a lease poll is, AFTER the result committed: whatever ends the hold, the
+  result stays taken. Where a lease poll would answer 503 (the daemon stops, before or during
+  the hold), the result is answered without ``next`` instead (its answer is not lost; the
+  node's next plain lease gets the 503); a client that disconnects gets no answer, and its
+  identical repost gets the result's first answer again and a lease.
 """
 
 from __future__ import annotations
@@ -32,11 +42,18 @@ import re
 from functools import partial
 from typing import Any, Final
 
+import attrs
 import trio
 
 from hypertrain.compute import LeaseAsk, LeaseGrant, Node, is_node_key, lease, secret_hash
 from hypertrain.compute.nodes import node_of_key
-from hypertrain.compute.wire import BODY_LIMIT, LONG_POLL_MS, LeaseAnswer, LeaseRequest
+from hypertrain.compute.wire import (
+    BODY_LIMIT,
+    LONG_POLL_MS,
+    ErrorAnswer,
+    LeaseAnswer,
+    LeaseRequest,
+)
 from hypertrain.coordinator.computehub import Wake
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.flows.compute import lease_for_key, receive_result
@@ -213,9 +230,21 @@ def serve_lease_path(app: ASGIApp, ctx: Coordinator) -> ASGIApp:
     async def post_result(exchange: _Exchange, copy_id: str) -> None:
         key = exchange.node_key(well_formed=False)  # the rest in the transaction, after the body
         body = await exchange.body(BODY_LIMIT)
-        code, answer, _ = await hub.write(
-            partial(receive_result, settings=hub.settings), key, copy_id, body, now_ms()
+        code, answer, leased, _ = await hub.write(
+            partial(receive_result, settings=hub.settings, lease=not ctx.stopping.is_set()),
+            key,
+            copy_id,
+            body,
+            now_ms(),
         )
+        if leased is not None and not isinstance(answer, ErrorAnswer):
+            node, req, grant = leased
+            try:
+                if grant is None and req.wait_ms != 0:
+                    grant = await hold(exchange, node, req)  # the result is committed
+                answer = attrs.evolve(answer, next=LeaseAnswer(grant))
+            except _Stopping:
+                pass  # the result's answer without ``next`` (module doc)
         await exchange.answer(code, unstructure(answer))
 
     async def serve(exchange: _Exchange, copy_id: str | None) -> None:
