@@ -52,7 +52,7 @@ from _hello import hello_app
 from serving import MINER, SETUP_TIMEOUT, WARMUP, _create_run, _daemon_settings, _measure
 
 from hypertrain.coordinator.flows.pages import Page
-from hypertrain.coordinator.flows.roundview import run_view
+from hypertrain.coordinator.flows.runview import run_view
 from hypertrain.coordinator.services.runs import RunsService
 from hypertrain.coordinator.tables.rounds import parse_round_open
 from hypertrain.daemon.main import DaemonHandle, serve_daemon
