@@ -37,12 +37,16 @@ def _round(conn: sqlite3.Connection, run_id: str, w: int) -> None:
 
 
 def fill_version_16(conn: sqlite3.Connection) -> None:
-    """Two runs of three rounds, one with an auditor: its round 0 drawn, with one job."""
-    for run_id, auditors in ((AUDITED, [HOTKEY]), (UNAUDITED, [])):
+    """Two runs of three rounds, one with an auditor: its round 0 drawn, with one job; the
+    other's manifest is not JSON (as in tests that write runs directly)."""
+    for run_id, manifest in (
+        (AUDITED, json.dumps({"body": {"auditors": [HOTKEY]}})),
+        (UNAUDITED, "x"),
+    ):
         conn.execute(
             "INSERT INTO runs (run_id, manifest_envelope, status, created_round, created_at)"
             " VALUES (?, ?, 'running', 1, 0)",
-            (run_id, json.dumps({"body": {"auditors": auditors}})),
+            (run_id, manifest),
         )
         for w in range(3):
             _round(conn, run_id, w)

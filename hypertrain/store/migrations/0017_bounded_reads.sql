@@ -6,7 +6,8 @@
 --                 draw, run after every beacon round, read every round of every run to find
 --                 them. The two triggers keep it for every writer: a round opened enters it,
 --                 its audit_draws row takes it out. A run's manifest never changes, so whether
---                 its rounds enter is settled when they open.
+--                 its rounds enter is settled when they open (a manifest that is not JSON, as
+--                 only a test writes, names no auditor).
 -- audit_jobs.honeypot_commit: the honeypot commitment of the RoundOpen the job audits (set by
 --                 the draw); the auditor stats read it and each round's d_audit (from the
 --                 covering rounds_dates) instead of every round's RoundOpen envelope (a roster
@@ -22,12 +23,15 @@ CREATE TABLE undrawn_rounds (
 
 INSERT INTO undrawn_rounds (run_id, w, d_audit)
     SELECT r.run_id, r.w, r.d_audit FROM rounds r JOIN runs ON runs.run_id = r.run_id
-    WHERE json_array_length(runs.manifest_envelope, '$.body.auditors') > 0
+    WHERE CASE WHEN json_valid(runs.manifest_envelope)
+        THEN json_array_length(runs.manifest_envelope, '$.body.auditors') ELSE 0 END > 0
     AND NOT EXISTS (SELECT 1 FROM audit_draws d WHERE d.run_id = r.run_id AND d.w = r.w);
 
 CREATE TRIGGER rounds_enter_undrawn AFTER INSERT ON rounds
-WHEN json_array_length(
-    (SELECT manifest_envelope FROM runs WHERE run_id = NEW.run_id), '$.body.auditors'
+WHEN (
+    SELECT CASE WHEN json_valid(manifest_envelope)
+        THEN json_array_length(manifest_envelope, '$.body.auditors') ELSE 0 END
+    FROM runs WHERE run_id = NEW.run_id
 ) > 0
 BEGIN
     INSERT INTO undrawn_rounds (run_id, w, d_audit) VALUES (NEW.run_id, NEW.w, NEW.d_audit);
