@@ -16,15 +16,20 @@ Rows (each one request sent over and over):
 
 - ``hello GET``: the floor of the stack, measured first and again last (``hello GET, again``):
   the ratios are against the mean of the two, so a machine busier at one end skews them less;
-- ``run view, default page``: ``GET /v1/runs/{id}`` (the newest 256 rounds);
+- ``run view, default page``: ``GET /v1/runs/{id}`` (the newest 256 rounds, the roster's
+  counts);
 - ``run view, limit=1024 full=1``: the largest page a client may ask for;
+- ``roster view, default page``: ``GET /v1/runs/{id}/roster`` (256 roster rows);
 - ``round view, default page``: ``GET /v1/runs/{id}/rounds/{newest}`` (256 miners, no envelopes);
-- ``round view, full=1``: the same page with the miners' envelopes.
+- ``round view, full=1``: the same page with the miners' envelopes;
+- ``..., uncached``: the default pages again from a second app over the same daemon (its
+  context, database and routes) whose answer cache keeps nothing, so every request is routed,
+  read and rendered: what each poll costs while writes commit faster than polls arrive.
 
 Repeated requests at unchanged data are answered from the daemon's answer cache
 (``hypertrain.coordinator.web.answers``); the first request after any commit renders the view
-again. The ``rendered`` lines print that cost: the route's read, render and JSON encoding of
-each view, in process (no HTTP), as a ceiling rate next to hello GET's.
+again. The ``rendered`` lines print the render alone: the route's read, render and JSON
+encoding of each view, in process (no HTTP), as a ceiling rate next to hello GET's.
 
 "Before" is the same script on the tree before pages: the daemon there ignores the query, so
 the rows answer the whole unpaged views (every round; every miner with its envelopes).
@@ -52,9 +57,11 @@ from _hello import hello_app
 from serving import MINER, SETUP_TIMEOUT, WARMUP, _create_run, _daemon_settings, _measure
 
 from hypertrain.coordinator.flows.pages import Page
-from hypertrain.coordinator.flows.roundview import run_view
+from hypertrain.coordinator.flows.runview import run_view
 from hypertrain.coordinator.services.runs import RunsService
 from hypertrain.coordinator.tables.rounds import parse_round_open
+from hypertrain.coordinator.web.answers import AnswerCache
+from hypertrain.coordinator.web.app import AppParts, create_app
 from hypertrain.daemon.main import DaemonHandle, serve_daemon
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.envelope import NEVER, seal
@@ -195,6 +202,14 @@ async def _renders(handle: DaemonHandle, run_id: str, newest: int, hello: float)
         )
 
 
+def _uncached_app(handle: DaemonHandle) -> Any:
+    """The daemon's app again, over its context, with an answer cache that keeps nothing."""
+    parts = attrs.evolve(
+        AppParts.build(handle.ctx), answers=AnswerCache(handle.ctx.db, max_entries=0)
+    )
+    return create_app(handle.ctx, parts)
+
+
 async def serve_and_measure(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="ht-bench-views-") as tmp:
         settings, token = _daemon_settings(Path(tmp))
@@ -204,6 +219,9 @@ async def serve_and_measure(args: argparse.Namespace) -> None:
                     partial(serve_daemon, settings, wall=SystemClock())
                 )
                 hello_url: str = await nursery.start(partial(serve_asgi, hello_app, "127.0.0.1", 0))
+                uncached_url: str = await nursery.start(
+                    partial(serve_asgi, _uncached_app(handle), "127.0.0.1", 0)
+                )
                 async with httpx.AsyncClient(base_url=handle.url) as client:
                     run_id = await _create_run(client, token)
             if run_id is None:
@@ -214,12 +232,17 @@ async def serve_and_measure(args: argparse.Namespace) -> None:
                 await handle.ctx.db.checkpoint()  # as the daemon's checkpointer would, first
             grown = time.perf_counter() - started
             newest = args.rounds - 1
+            run, roster = f"/v1/runs/{run_id}", f"/v1/runs/{run_id}/roster"
+            rnd = f"/v1/runs/{run_id}/rounds/{newest}"
             rows = [
                 ("hello GET", hello_url, "/"),
-                ("run view, default page", handle.url, f"/v1/runs/{run_id}"),
-                ("run view, limit=1024 full=1", handle.url, f"/v1/runs/{run_id}?limit=1024&full=1"),
-                ("round view, default page", handle.url, f"/v1/runs/{run_id}/rounds/{newest}"),
-                ("round view, full=1", handle.url, f"/v1/runs/{run_id}/rounds/{newest}?full=1"),
+                ("run view, default page", handle.url, run),
+                ("run view, default page, uncached", uncached_url, run),
+                ("run view, limit=1024 full=1", handle.url, f"{run}?limit=1024&full=1"),
+                ("roster view, default page", handle.url, roster),
+                ("round view, default page", handle.url, rnd),
+                ("round view, default page, uncached", uncached_url, rnd),
+                ("round view, full=1", handle.url, f"{rnd}?full=1"),
                 ("hello GET, again", hello_url, "/"),
             ]
             print(
@@ -240,13 +263,13 @@ async def serve_and_measure(args: argparse.Namespace) -> None:
                     result = await _measure(spec, args.seconds)
                     rates[name] = result["rate"]
                     print(
-                        f"{name:30s} {result['rate']:8.1f} req/s {size / 1000:9.1f} KB"
+                        f"{name:36s} {result['rate']:8.1f} req/s {size / 1000:9.1f} KB"
                         f"  ({result['ok']} ok, {result['errors']} errors, {result['stuck']} stuck)"
                     )
             hello = (rates["hello GET"] + rates["hello GET, again"]) / 2
             print(f"hello GET, mean of the first and last rows: {hello:.1f} req/s")
             for name, _, _ in rows[1:-1]:
-                print(f"ratio {name} / hello GET: {rates[name] / hello:.2f}x")
+                print(f"ratio {name:36s} / hello GET: {rates[name] / hello:.2f}x")
             await _renders(handle, run_id, newest, hello)
             handle.request_shutdown()
             nursery.cancel_scope.cancel()

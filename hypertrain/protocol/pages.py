@@ -1,6 +1,9 @@
 """Reading a paged view whole, on the client side (the run view's rounds, the round view's
 miners; the server side is :mod:`hypertrain.coordinator.flows.pages`).
 
+The run's roster is its own paged view (``GET /v1/runs/{id}/roster``, by hotkey: read it with
+:data:`ROSTER_LISTS`); the run view carries only its counts.
+
 A paged answer carries ``page: {offset, limit, next_offset}``; :func:`read_all_pages` asks for
 the first page, then for ``next_offset`` until it is null, and returns the first answer with
 the named lists of every page appended in order. A list that grew at its head between two
@@ -21,6 +24,7 @@ from typing import Any, Final
 from hypertrain.protocol.errors import Malformed
 
 __all__ = [
+    "ROSTER_LISTS",
     "ROUND_VIEW_LISTS",
     "RUN_VIEW_LISTS",
     "Key",
@@ -31,6 +35,8 @@ __all__ = [
 
 RUN_VIEW_LISTS: Final = ("rounds",)
 """What the run view pages (newest first: read with ``key=``:func:`round_key`)."""
+ROSTER_LISTS: Final = ("roster",)
+"""What the roster view pages (by hotkey)."""
 ROUND_VIEW_LISTS: Final = ("miners", "assignment", "scoring_jobs")
 """What the round view pages (its miners and what is per miner)."""
 

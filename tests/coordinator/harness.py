@@ -25,6 +25,7 @@ from hypertrain.coordinator.web.app import AppParts, create_app
 from hypertrain.ledger import Ledger
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.keys import write_seed_file
+from hypertrain.protocol.pages import ROSTER_LISTS, read_all_pages
 from hypertrain.store import ObjectStore, open_database
 from nurseries import VirtualClock, WallClock
 from nurseries.testing import open_mounted_client
@@ -90,6 +91,21 @@ class Harness:
 
 def admin_headers(token: str = ADMIN_TOKEN) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+async def roster_of(
+    client: httpx.AsyncClient, run_id: str, *, prefix: str = ""
+) -> dict[str, dict[str, Any]]:
+    """The run's roster rows by hotkey: every page of ``GET {prefix}/v1/runs/{id}/roster``."""
+
+    async def page(offset: int) -> dict[str, Any]:
+        r = await client.get(f"{prefix}/v1/runs/{run_id}/roster", params={"offset": offset})
+        assert r.status_code == 200, r.text
+        body: dict[str, Any] = r.json()
+        return body
+
+    view = await read_all_pages(page, ROSTER_LISTS)
+    return {row["hotkey"]: row for row in view["roster"]}
 
 
 def harness_chain(clock: WallClock) -> LocalChain:

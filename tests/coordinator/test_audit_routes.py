@@ -27,7 +27,7 @@ from tests.coordinator.audit_support import (
     sha,
     uploaded_round,
 )
-from tests.coordinator.harness import WORKER_TOKEN
+from tests.coordinator.harness import WORKER_TOKEN, roster_of
 from tests.coordinator.lifecycle_support import COORD, admin, drain, open_runs, push
 from tests.coordinator.miner_support import KEYS, open_flow
 
@@ -191,8 +191,7 @@ async def test_a_fault_verdict_blacklists_and_seals_a_forfeit(
         assert miners[KEYS[0].ss58]["status"] == "MISMATCH"
         assert miners[KEYS[0].ss58]["verdict"] == good
         assert view["forfeits"] == [answer["forfeit"]]
-        run = (await h.client.get(f"/v1/runs/{a.run_id}")).json()
-        roster = {m["hotkey"]: m for m in run["roster"]}
+        roster = await roster_of(h.client, a.run_id)
         assert roster[KEYS[0].ss58]["blacklisted"] is True
         assert roster[KEYS[1].ss58]["blacklisted"] is False
         again = await worker(a, job["id"], "complete", {**lease_body, "verdict": good})

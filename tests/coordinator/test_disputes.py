@@ -31,6 +31,7 @@ from tests.coordinator.audit_support import (
     sha,
     uploaded_round,
 )
+from tests.coordinator.harness import roster_of
 from tests.coordinator.lifecycle_support import drain, open_runs
 from tests.coordinator.miner_support import KEYS
 from tests.coordinator.test_audit_routes import WORKER, lease, worker
@@ -197,8 +198,7 @@ async def test_a_contest_bisects_to_one_op_and_the_referee_vindicates_the_miner(
         assert [f for f in round_view["forfeits"] if f["body"]["hotkey"] == MINER.ss58] == []
         assert round_view["disputes"][0]["dispute_id"] == did
         assert round_view["state"] != "DISPUTE"
-        run = (await a.h.client.get(f"/v1/runs/{a.run_id}")).json()
-        assert not next(m for m in run["roster"] if m["hotkey"] == MINER.ss58)["blacklisted"]
+        assert not (await roster_of(a.h.client, a.run_id))[MINER.ss58]["blacklisted"]
         stats = (await a.h.client.get(f"/run/{a.run_id}/auditor-stats")).json()
         (epoch,) = stats["epochs"]
         assert (epoch["catches"], epoch["overturned"]) == (1, 1)  # the verdict, overturned
@@ -230,8 +230,7 @@ async def test_the_miner_loses_at_the_referee_and_ends_dispute_lost(
         (forfeit,) = [f for f in view["forfeits"] if f["body"]["hotkey"] == MINER.ss58]
         assert forfeit["body"]["cause"] == "DISPUTE_LOST"
         assert did in forfeit["body"]["evidence"]
-        run = (await a.h.client.get(f"/v1/runs/{a.run_id}")).json()
-        assert next(m for m in run["roster"] if m["hotkey"] == MINER.ss58)["blacklisted"]
+        assert (await roster_of(a.h.client, a.run_id))[MINER.ss58]["blacklisted"]
 
 
 async def test_bisects_are_refused_from_strangers_for_other_stages_and_when_they_contradict(

@@ -10,6 +10,7 @@ import trio.testing
 
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.messages import RoundOpen
+from tests.coordinator.harness import roster_of
 from tests.coordinator.lifecycle_support import (
     MINERS,
     admin,
@@ -34,16 +35,18 @@ async def test_reopen_gives_the_same_run_round_roster_and_beacon(
         assert sorted(e.hotkey for e in body.roster) == sorted(MINERS[:2])
         await push(h, *range(2, body.d_assign))
         run_before = (await h.client.get(f"/v1/runs/{run_id}")).json()
+        roster_before = await roster_of(h.client, run_id)
         beacon_before = (await h.client.get("/v1/beacon/latest")).json()
         round_before = (await h.client.get(f"/v1/runs/{run_id}/rounds/0")).json()
 
     async with open_runs(tmp_path / "second", state_dir=data) as h:
         assert h.ctx.beacon.latest == body.d_assign - 1
         assert (await h.client.get(f"/v1/runs/{run_id}")).json() == run_before
+        assert await roster_of(h.client, run_id) == roster_before
         assert (await h.client.get("/v1/beacon/latest")).json() == beacon_before
         assert (await h.client.get(f"/v1/runs/{run_id}/rounds/0")).json() == round_before
         assert run_before["status"] == "running"
-        removed = {r["hotkey"]: r["removed"] for r in run_before["roster"]}
+        removed = {hotkey: r["removed"] for hotkey, r in roster_before.items()}
         assert removed == {MINERS[0]: False, MINERS[1]: False, MINERS[2]: True}
         async with h.ctx.events.subscribe(kinds={"round_state"}) as sub:
             await push(h, body.d_assign)

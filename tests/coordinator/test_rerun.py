@@ -15,6 +15,7 @@ from hypertrain.protocol.hashes import rerun_claim_bytes
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.merkle import merkle_root_hex
 from tests.coordinator.audit_support import BODY, AuditFlow, digests, sha, uploaded_round
+from tests.coordinator.harness import roster_of
 from tests.coordinator.lifecycle_support import open_runs
 from tests.coordinator.miner_support import KEYS
 from tests.coordinator.test_audit_routes import lease, worker
@@ -45,8 +46,7 @@ async def _post(a: AuditFlow, body: Any) -> httpx.Response:
 async def _state(a: AuditFlow, key: Keypair) -> tuple[str, bool, int]:
     view = await a.view()
     status = next(m["status"] for m in view["miners"] if m["hotkey"] == key.ss58)
-    run = (await a.h.client.get(f"/v1/runs/{a.run_id}")).json()
-    blacklisted = next(m["blacklisted"] for m in run["roster"] if m["hotkey"] == key.ss58)
+    blacklisted = (await roster_of(a.h.client, a.run_id))[key.ss58]["blacklisted"]
     forfeits = [f for f in view["forfeits"] if f["body"]["hotkey"] == key.ss58]
     return status, blacklisted, len(forfeits)
 

@@ -13,7 +13,7 @@ import pytest
 
 from hypertrain.protocol.hashes import NO_HONEYPOT, honeypot_commit
 from hypertrain.protocol.keys import Keypair
-from tests.coordinator.harness import Harness
+from tests.coordinator.harness import Harness, roster_of
 from tests.coordinator.lifecycle_support import (
     CONFIG,
     MINERS,
@@ -116,11 +116,13 @@ async def test_roster_upsert_remove_and_readmit(tmp_path: Path) -> None:
             "blacklisted": False,
         }
         assert r.json() == row
-        assert (await view(h, run_id))["roster"] == [row]
+        assert list((await roster_of(h.client, run_id)).values()) == [row]
         r = await admin(h, "DELETE", runs(run_id, f"/roster/{hk}"))
         assert r.status_code == 200
         assert r.json() == {"hotkey": hk, "removed": True}
-        assert (await view(h, run_id))["roster"] == [{**row, "removed": True}]
+        assert list((await roster_of(h.client, run_id)).values()) == [{**row, "removed": True}]
+        counts = (await view(h, run_id))["roster_counts"]
+        assert counts == {"total": 1, "active": 0, "removed": 1, "blacklisted": 0}
         r = await admin(h, "PUT", runs(run_id, f"/roster/{hk}"), {})
         defaults = {"bond": False, "probation": False, "cluster": None, "region": None}
         assert r.json() == {**row, **defaults, "flags": []}
@@ -153,7 +155,7 @@ async def test_bad_roster_body_is_400(tmp_path: Path, body: dict[str, Any], name
         r = await admin(h, "PUT", runs(run_id, f"/roster/{MINERS[0]}"), body)
         assert r.status_code == 400
         assert named in r.json()["detail"]
-        assert (await view(h, run_id))["roster"] == []
+        assert await roster_of(h.client, run_id) == {}
 
 
 async def test_roster_hotkey_and_run_are_checked(tmp_path: Path) -> None:

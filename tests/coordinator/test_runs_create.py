@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hypertrain.beacon import latest_round
-from hypertrain.coordinator.flows.roundview import runs_list
+from hypertrain.coordinator.flows.runview import runs_list
 from hypertrain.protocol.envelope import seal
 from hypertrain.protocol.example import example_bodies, example_manifest
 from hypertrain.protocol.manifest import Beacon
@@ -49,7 +49,7 @@ async def test_create_answers_201_and_the_run_is_listed(tmp_path: Path) -> None:
         assert view["config"] is None
         assert view["now_round"] == 1
         assert view["rounds"] == []
-        assert view["roster"] == []
+        assert view["roster_counts"] == {"total": 0, "active": 0, "removed": 0, "blacklisted": 0}
         seen = await h.ctx.db.read(_seen_rows)
         key = ["RunManifest", OWNER.ss58]
         assert [(json.loads(k)[2:4], r_id, t, d) for k, r_id, t, d in seen] == [

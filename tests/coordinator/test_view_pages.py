@@ -17,9 +17,9 @@ from hypertrain.coordinator.flows.pages import MAX_LIMIT, Page, page_of
 from hypertrain.coordinator.tables.miners import miner_details
 from hypertrain.coordinator.tables.rounds import round_page
 from hypertrain.protocol.errors import Malformed
-from hypertrain.protocol.pages import ROUND_VIEW_LISTS, read_all_pages
+from hypertrain.protocol.pages import ROSTER_LISTS, ROUND_VIEW_LISTS, read_all_pages
 from tests.coordinator.harness import Harness
-from tests.coordinator.lifecycle_support import open_runs
+from tests.coordinator.lifecycle_support import admin, open_runs
 from tests.coordinator.miner_support import KEYS, at_assign, open_flow
 
 ROUNDS = 23
@@ -75,6 +75,36 @@ async def test_paging_the_run_view_reads_every_round_once_newest_first(
         assert first["page"] == {"offset": 0, "limit": 256, "next_offset": None}
         assert first["rounds"][0] == {"w": ROUNDS - 1, "state": "OPEN"}
         assert (await _get(h, flow.runs, offset=ROUNDS))["rounds"] == []
+        assert "roster" not in first  # its own paged view; the run view counts it
+
+
+async def test_paging_the_roster_reads_every_row_once_by_hotkey(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_runs(tmp_path) as h:
+        flow = await open_flow(h)  # KEYS[0] and KEYS[1] on the roster
+        for key in KEYS[2:4]:
+            r = await admin(h, "PUT", f"/v1/admin/runs/{flow.run_id}/roster/{key.ss58}", {})
+            assert r.status_code == 200, r.text
+        r = await admin(h, "DELETE", f"/v1/admin/runs/{flow.run_id}/roster/{KEYS[3].ss58}")
+        assert r.status_code == 200, r.text
+        hotkeys = sorted(key.ss58 for key in KEYS[:4])
+        path = f"{flow.runs}/roster"
+        pages = [await _get(h, path, limit=3, offset=offset) for offset in (0, 3)]
+        assert [p["page"]["next_offset"] for p in pages] == [3, None]
+        assert [row["hotkey"] for p in pages for row in p["roster"]] == hotkeys
+        whole = await _get(h, path)
+        assert [row["hotkey"] for row in whole["roster"]] == hotkeys
+        assert [row["removed"] for row in whole["roster"]] == [
+            hotkey == KEYS[3].ss58 for hotkey in hotkeys
+        ]
+
+        async def one_by_one(offset: int) -> dict[str, Any]:
+            return await _get(h, path, limit=1, offset=offset)
+
+        assert (await read_all_pages(one_by_one, ROSTER_LISTS))["roster"] == whole["roster"]
+        counts = (await _get(h, flow.runs))["roster_counts"]
+        assert counts == {"total": 4, "active": 3, "removed": 1, "blacklisted": 0}
 
 
 @pytest.mark.parametrize(("name", "value"), BAD)
@@ -83,7 +113,7 @@ async def test_a_bad_page_parameter_is_a_400_naming_it(
 ) -> None:
     async with open_runs(tmp_path) as h:
         flow = await open_flow(h)
-        for path in (flow.runs, f"{flow.runs}/rounds/0"):
+        for path in (flow.runs, f"{flow.runs}/roster", f"{flow.runs}/rounds/0"):
             r = await h.client.get(path, params={name: value})
             assert r.status_code == 400, r.text
             assert r.json()["detail"].startswith(f"{name}:")
@@ -139,17 +169,21 @@ async def test_the_round_view_pages_its_miners_and_hides_envelopes_unless_full(
 SCAN = re.compile(r"^SCAN |USE TEMP B-TREE")
 
 
-def _plans(conn: sqlite3.Connection, read: Any) -> list[str]:
+def _traced(conn: sqlite3.Connection, read: Any) -> list[str]:
+    """The SELECT statements ``read(conn)`` runs, in order."""
     statements: list[str] = []
     conn.set_trace_callback(statements.append)
     try:
         read(conn)
     finally:
         conn.set_trace_callback(None)
+    return [sql for sql in statements if sql.lstrip().upper().startswith("SELECT")]
+
+
+def _plans(conn: sqlite3.Connection, read: Any) -> list[str]:
     details = []
-    for sql in statements:
-        if sql.lstrip().upper().startswith("SELECT"):
-            details += [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
+    for sql in _traced(conn, read):
+        details += [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
     return details
 
 

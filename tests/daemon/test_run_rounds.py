@@ -28,7 +28,7 @@ from hypertrain.protocol.messages import RoundOpen
 from hypertrain.protocol.testmode import build_test_mode_manifest
 from hypertrain.rounds import Deadlines, transitions
 from nurseries.testing import open_mounted_client
-from tests.coordinator.harness import COORD_SEED, admin_headers
+from tests.coordinator.harness import COORD_SEED, admin_headers, roster_of
 from tests.daemon.support import EPOCH, daemon_settings, running_daemon
 
 PERIOD = 1.0
@@ -142,6 +142,7 @@ async def test_a_restart_mid_run_keeps_run_round_roster_and_beacon(
         )
         await trio.sleep_until(handle.ctx.beacon.deadline_of(deadlines.d_assign + 1))
         run_before = await _ok(await client.get(f"{API}/v1/runs/{run_id}"))
+        roster_before = await roster_of(client, run_id, prefix=API)
         round_before = await _round_zero(client, run_id)
         d_before = handle.ctx.beacon.latest
     assert round_before["state"] == "TRAINING"
@@ -153,8 +154,9 @@ async def test_a_restart_mid_run_keeps_run_round_roster_and_beacon(
         assert ctx.beacon.latest == ctx.beacon.now_round() > d_before
         run_after = await _ok(await client.get(f"{API}/v1/runs/{run_id}"))
         round_after = await _round_zero(client, run_id)
-        for key in ("run_id", "status", "config", "manifest_envelope", "roster"):
+        for key in ("run_id", "status", "config", "manifest_envelope", "roster_counts"):
             assert run_after[key] == run_before[key], key
+        assert await roster_of(client, run_id, prefix=API) == roster_before
         for key in ("round_open", "assignment", "assignment_beacon_signature"):
             assert round_after[key] == round_before[key], key
         assert (await _ok(await client.get(f"{API}/v1/runs")))["runs"] == [

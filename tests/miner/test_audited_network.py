@@ -38,7 +38,7 @@ from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import Beacon, RunManifest
 from nurseries import run_inline
 from nurseries.testing import open_asgi_transport
-from tests.coordinator.harness import WORKER_TOKEN, admin_headers, write_secret
+from tests.coordinator.harness import WORKER_TOKEN, admin_headers, roster_of, write_secret
 from tests.daemon.support import running_daemon
 from tests.miner.test_against_the_daemon import API, COORD, MINERS, OWNER, _config, _settings
 
@@ -215,7 +215,7 @@ async def test_an_audited_network_catches_every_bad_honeypot_and_flags_no_honest
         )
         assert r.status_code == 200, r.text
         stats = (await client.get(f"/run/{run_id}/auditor-stats")).json()
-        run = (await client.get(f"/v1/runs/{run_id}")).json()
+        roster = await roster_of(client, run_id)
 
     results: dict[str, list[tuple[int, str]]] = {}
     verdicts: dict[tuple[int, str], dict[str, Any]] = {}
@@ -247,7 +247,6 @@ async def test_an_audited_network_catches_every_bad_honeypot_and_flags_no_honest
         opened = views[w + 2]["round_open"]["body"]["d_open"]
         assert opened >= max(verdict_rounds) > views[w + 1]["round_open"]["body"]["d_upload"]
     # Caught honeypots are blacklisted and off the rosters opened after their verdict.
-    roster = {m["hotkey"]: m for m in run["roster"]}
     assert {h for h, m in roster.items() if m["blacklisted"]} == BAD
     last_roster = {e["hotkey"] for e in views[-1]["round_open"]["body"]["roster"]}
     assert not (last_roster & BAD)

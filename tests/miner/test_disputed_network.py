@@ -48,7 +48,7 @@ from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
 from hypertrain.trainer.fault import Fault
 from nurseries import run_inline
-from tests.coordinator.harness import WORKER_TOKEN
+from tests.coordinator.harness import WORKER_TOKEN, roster_of
 from tests.miner.test_against_the_daemon import API, MINERS, _config
 from tests.miner.test_audited_network import _daemon, _put, create_audited_run
 
@@ -98,8 +98,7 @@ class Network:
         return row
 
     async def blacklisted(self) -> bool:
-        run = (await self.client.get(f"/v1/runs/{self.run_id}")).json()
-        return bool(next(m for m in run["roster"] if m["hotkey"] == MINER.ss58)["blacklisted"])
+        return bool((await roster_of(self.client, self.run_id))[MINER.ss58]["blacklisted"])
 
 
 @asynccontextmanager

@@ -16,7 +16,8 @@ which rolls the whole transaction back. No trio, quart or httpx here (a test in
 ``aggregator``    an external aggregator's inputs view and round opening
 ``taperecord``    record an external aggregator's tape
 ``heldout``       held-out losses owed and stored; the private holdout
-``roundview``     the public run and round views
+``runview``       the public run views (runs, a run with its rounds, its roster)
+``roundview``     the public round view
 ``compute``       the compute routes' own reads (inputs of a copy, benchmark target)
 ``scoring``       what the scoring feed reads
 ``system``        the health check's write

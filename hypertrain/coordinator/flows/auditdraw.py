@@ -57,15 +57,13 @@ def job_id_of(challenge_hash: str) -> str:
 def due_draws(conn: sqlite3.Connection, D: int) -> list[RoundRow]:  # noqa: N803
     """Rounds (of every run whose manifest names an auditor) with ``d_audit <= D`` and no draw
     yet, by run and w. A run without auditors is never audited: nobody could replay its jobs,
-    so no miner is drawn, challenged or made to serve."""
+    so no miner is drawn, challenged or made to serve.
+
+    Read from ``undrawn_rounds`` (``0017_bounded_reads.sql``: the rounds of audited runs not
+    drawn yet, kept by triggers), so the search after every beacon round is bounded by the
+    rounds still to draw, not by every round opened."""
     rows = conn.execute(
-        "SELECT r.run_id, r.w FROM rounds r JOIN runs ON runs.run_id = r.run_id"
-        " WHERE r.d_audit <= ?"
-        " AND json_array_length(runs.manifest_envelope, '$.body.auditors') > 0"
-        " AND NOT EXISTS"
-        " (SELECT 1 FROM audit_draws d WHERE d.run_id = r.run_id AND d.w = r.w)"
-        " ORDER BY r.run_id, r.w",
-        (D,),
+        "SELECT run_id, w FROM undrawn_rounds WHERE d_audit <= ? ORDER BY run_id, w", (D,)
     ).fetchall()
     found = [get_round_row(conn, run_id, w) for run_id, w in rows]
     return [row for row in found if row is not None]
@@ -164,7 +162,7 @@ def _draw(
             auditor=None,
             verdict_round=None,
         )
-        insert_job(conn, job, D)
+        insert_job(conn, job, D, honeypot_commit=row.body.honeypot_commit)
         events.append(
             {
                 "run_id": row.run_id,

@@ -11,7 +11,9 @@ audits of ``honest`` members, ``hp_honest_flagged`` with a fault verdict.
 hp_honest_flagged / hp_honest``, null when the denominator is 0. ``overturned`` counts the
 fault verdicts whose auditor lost the miner's dispute (a verdict is still counted as it was
 given: a false accusation corrected by a dispute was a false accusation). :func:`epoch_stats`
-is the pure count; :func:`auditor_stats` reads its inputs in one transaction.
+is the pure count; :func:`auditor_stats` reads its inputs in one transaction: the verdicts
+with their rounds' ``d_audit`` and honeypot commitment, never a RoundOpen envelope
+(:func:`~hypertrain.coordinator.tables.audits.verdicts_of_run`).
 """
 
 from __future__ import annotations
@@ -25,9 +27,8 @@ from attrs import frozen
 
 from hypertrain.beacon.chain import ChainInfo
 from hypertrain.coordinator.settings import CoordinatorSettings
-from hypertrain.coordinator.tables.audits import jobs_of_run
+from hypertrain.coordinator.tables.audits import verdicts_of_run
 from hypertrain.coordinator.tables.disputes import disputes_of_run
-from hypertrain.coordinator.tables.rounds import round_rows
 from hypertrain.coordinator.tables.runs import get_run
 from hypertrain.rounds.states import FAULT_STATUSES
 
@@ -124,24 +125,18 @@ def auditor_stats(
     """``{run_id, epochs: [...]}`` (404 for an unknown run)."""
     get_run(conn, run_id)
     revealed = _revealed(conn, run_id)
-    rounds = {row.w: row for row in round_rows(conn, run_id)}
     overturned = {
         d.job_id
         for d in disputes_of_run(conn, run_id)
         if d.outcome is not None and d.outcome.get("loser_role") == "auditor"
     }
-    records = []
-    for job in jobs_of_run(conn, run_id):
-        if job.result is None:
-            continue
-        row = rounds[job.w]
-        members = revealed.get(row.body.honeypot_commit, {})
-        records.append(
-            AuditRecord(
-                epoch=clock.epoch_of(chain.time_of(row.deadlines.d_audit)),
-                fault=job.result in FAULT_STATUSES,
-                honeypot=members.get(job.target),
-                overturned=job.job_id in overturned,
-            )
+    records = [
+        AuditRecord(
+            epoch=clock.epoch_of(chain.time_of(job.d_audit)),
+            fault=job.result in FAULT_STATUSES,
+            honeypot=revealed.get(job.honeypot_commit or "", {}).get(job.target),
+            overturned=job.job_id in overturned,
         )
+        for job in verdicts_of_run(conn, run_id)
+    ]
     return {"run_id": run_id, "epochs": epoch_stats(records)}

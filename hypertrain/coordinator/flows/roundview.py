@@ -1,21 +1,19 @@
-"""The public read views of runs and rounds (spec section 9), each from one read transaction.
+"""The public read view of a round (spec section 9), from one read transaction (the run views
+are :mod:`~hypertrain.coordinator.flows.runview`).
 
-- :func:`runs_list`: ``GET /v1/runs``;
-- :func:`run_view`: ``GET /v1/runs/{id}``, one page of its rounds (newest first) with their
-  states derived at D;
 - :func:`round_facts` + :func:`round_view`: ``GET /v1/runs/{id}/rounds/{w}``, one page of its
   miners (by hotkey). The facts are read in one transaction; the assignment (pure, keyed by
   the stored beacon signature of round ``d_assign``) is derived outside it by
   :func:`derive_assignment` and may be cached by the caller: it depends only on the run,
   ``w``, that signature, the base and the roster.
 
-Pages (:mod:`~hypertrain.coordinator.flows.pages`): what grows with history or with the roster
-is read and answered a page at a time, each read bounded by the page: the run view's rounds
-and the round view's miners, with what is per miner (its ``assignment`` item, its
-``scoring_jobs``). The round-level fields stay on every page. The per-miner envelopes (Commit,
-Receipt, DeltaManifest, ReplayVerdict) are answered only with ``full``; every page carries
-each miner's ``delta_hash`` (null until uploaded). Soft scores are still computed over every
-uploaded miner of the round (they are relative to the round's best and worst losses).
+Pages (:mod:`~hypertrain.coordinator.flows.pages`): what grows with the roster is read and
+answered a page at a time, each read bounded by the page: the round view's miners, with what
+is per miner (its ``assignment`` item, its ``scoring_jobs``). The round-level fields stay on
+every page. The per-miner envelopes (Commit, Receipt, DeltaManifest, ReplayVerdict) are
+answered only with ``full``; every page carries each miner's ``delta_hash`` (null until
+uploaded). Soft scores are still computed over every uploaded miner of the round (they are
+relative to the round's best and worst losses).
 
 From ``D >= d_assign`` on, the assignment needs ``drand[d_assign]``. If that round is not stored
 (the pusher skipped it), the view says so instead of guessing: ``assignment`` is null while
@@ -24,7 +22,6 @@ From ``D >= d_assign`` on, the assignment needs ``drand[d_assign]``. If that rou
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from typing import Any
 
@@ -61,10 +58,9 @@ from hypertrain.coordinator.tables.rounds import (
     RoundRow,
     get_round_row,
     miner_rows,
-    round_page,
     round_states,
 )
-from hypertrain.coordinator.tables.runs import RunRow, get_run, list_runs, roster_rows
+from hypertrain.coordinator.tables.runs import RunRow, get_run
 from hypertrain.coordinator.tables.scoring import scoring_subject
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import NotFound
@@ -76,40 +72,7 @@ __all__ = [
     "derive_assignment",
     "round_facts",
     "round_view",
-    "run_view",
-    "runs_list",
 ]
-
-
-def runs_list(conn: sqlite3.Connection) -> dict[str, Any]:
-    """``{"runs": [{run_id, status}]}``."""
-    return {"runs": [{"run_id": r, "status": s} for r, s in list_runs(conn)]}
-
-
-def _config_json(run: RunRow) -> dict[str, Any] | None:
-    return None if run.config is None else unstructure(run.config)
-
-
-def run_view(conn: sqlite3.Connection, run_id: str, page: Page | None = None) -> dict[str, Any]:
-    """The run with its config, manifest envelope, D, a page of its rounds (newest first) with
-    their states, where the page stands (``page``) and the roster (404 unknown)."""
-    page = page or Page()
-    run = get_run(conn, run_id)
-    d = latest_round(conn)
-    rows, paging = page.cut(round_page(conn, run_id, page.offset, page.fetch))
-    states = round_states(conn, d, rows)
-    return {
-        "run_id": run.run_id,
-        "status": run.status,
-        "config": _config_json(run),
-        "manifest_envelope": json.loads(run.manifest_envelope),
-        "now_round": d,
-        "rounds": [
-            {"w": row.w, "state": state.value} for row, state in zip(rows, states, strict=True)
-        ],
-        "page": paging,
-        "roster": [unstructure(row) for row in roster_rows(conn, run_id)],
-    }
 
 
 @frozen

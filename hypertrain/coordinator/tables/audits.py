@@ -20,6 +20,7 @@ __all__ = [
     "JobRow",
     "JobState",
     "ServeRow",
+    "VerdictFact",
     "draw_of",
     "forfeit_envelopes",
     "get_job",
@@ -35,6 +36,7 @@ __all__ = [
     "queued_jobs",
     "serves_of",
     "update_job",
+    "verdicts_of_run",
 ]
 
 JobState = Literal["queued", "leased", "done", "failed"]
@@ -85,6 +87,19 @@ class ServeRow:
     blob_sha256: str
 
 
+@frozen
+class VerdictFact:
+    """What the auditor stats read of one audit job with a verdict (:func:`verdicts_of_run`)."""
+
+    job_id: str
+    target: str
+    result: str
+    honeypot_commit: str | None
+    """The audited RoundOpen's honeypot commitment (stored with the job by the draw)."""
+    d_audit: int
+    """The audited round's ``d_audit``."""
+
+
 def _job(row: Sequence[Any]) -> JobRow:
     return JobRow(*row)
 
@@ -112,10 +127,14 @@ def draw_of(conn: sqlite3.Connection, run_id: str, w: int) -> list[str] | None:
 # --- jobs ----------------------------------------------------------------------------------------
 
 
-def insert_job(conn: sqlite3.Connection, job: JobRow, now: int) -> None:
+def insert_job(
+    conn: sqlite3.Connection, job: JobRow, now: int, *, honeypot_commit: str | None
+) -> None:
+    """Store a drawn job; ``honeypot_commit`` is the audited RoundOpen's (the auditor stats
+    read it)."""
     conn.execute(
         "INSERT INTO audit_jobs (job_id, run_id, w, target, challenge, challenge_hash, mode,"
-        " serve_deadline, created_round) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " serve_deadline, created_round, honeypot_commit) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             job.job_id,
             job.run_id,
@@ -126,6 +145,7 @@ def insert_job(conn: sqlite3.Connection, job: JobRow, now: int) -> None:
             job.mode,
             job.serve_deadline,
             now,
+            honeypot_commit,
         ),
     )
 
@@ -157,6 +177,18 @@ def jobs_of_run(conn: sqlite3.Connection, run_id: str) -> list[JobRow]:
         f"SELECT {_JOB_COLUMNS} FROM audit_jobs WHERE run_id = ? ORDER BY w, rowid", (run_id,)
     )
     return [_job(row) for row in rows]
+
+
+def verdicts_of_run(conn: sqlite3.Connection, run_id: str) -> list[VerdictFact]:
+    """Every audit job of the run with a verdict, with its round's ``d_audit`` read from the
+    covering ``rounds_dates`` (no RoundOpen envelope, no challenge or verdict envelope read)."""
+    rows = conn.execute(
+        "SELECT j.job_id, j.target, j.result, j.honeypot_commit, r.d_audit FROM audit_jobs j"
+        " JOIN rounds r INDEXED BY rounds_dates ON r.run_id = j.run_id AND r.w = j.w"
+        " WHERE j.run_id = ? AND j.result IS NOT NULL",
+        (run_id,),
+    )
+    return [VerdictFact(*row) for row in rows]
 
 
 def queued_jobs(conn: sqlite3.Connection, run_id: str | None) -> list[JobRow]:

@@ -8,7 +8,8 @@ back) when the request cannot be honoured:
   (404), :func:`list_runs`;
 - :func:`set_config` (409 while the run is running), :func:`set_status`;
 - :func:`upsert_roster` / :func:`remove_roster` (404 when never admitted), :func:`roster_rows`,
-  :func:`active_roster`;
+  :func:`active_roster`, :func:`roster_page` (a page along the primary key) and
+  :func:`roster_counts` (counted without building a row);
 - :func:`record_seen` (409 :class:`~hypertrain.protocol.errors.ReplayError`).
 
 The request bodies of the admin routes are frozen attrs classes read with the one converter
@@ -37,6 +38,7 @@ __all__ = [
     "MAX_FLAGS",
     "MAX_LABEL",
     "PausedRequest",
+    "RosterCounts",
     "RosterRequest",
     "RosterRow",
     "RunRow",
@@ -49,6 +51,8 @@ __all__ = [
     "next_round_w",
     "record_seen",
     "remove_roster",
+    "roster_counts",
+    "roster_page",
     "roster_rows",
     "set_config",
     "set_status",
@@ -114,8 +118,8 @@ class RunRow:
 
 @frozen
 class RosterRow:
-    """One ``roster`` row; ``unstructure(row)`` is the run view's ``roster[]`` item and the
-    roster routes' answer."""
+    """One ``roster`` row; ``unstructure(row)`` is the roster view's ``roster[]`` item and the
+    admin roster routes' answer."""
 
     hotkey: str
     bond: bool
@@ -126,6 +130,17 @@ class RosterRow:
     admitted_w: int
     removed: bool
     blacklisted: bool
+
+
+@frozen
+class RosterCounts:
+    """The run view's ``roster_counts``: every row, those neither removed nor blacklisted (the
+    next RoundOpen's), the removed ones and the blacklisted ones (a row may be both)."""
+
+    total: int
+    active: int
+    removed: int
+    blacklisted: int
 
 
 _RUN_COLUMNS = "run_id, manifest_envelope, status, config, honeypot_commit, created_round"
@@ -217,6 +232,26 @@ def roster_rows(conn: sqlite3.Connection, run_id: str) -> list[RosterRow]:
         f"SELECT {_ROSTER_COLUMNS} FROM roster WHERE run_id = ? ORDER BY hotkey", (run_id,)
     )
     return [_roster_row(row) for row in rows]
+
+
+def roster_page(conn: sqlite3.Connection, run_id: str, offset: int, count: int) -> list[RosterRow]:
+    """:func:`roster_rows` from the ``offset``-th on, at most ``count`` of them (along the
+    primary key: no sort, no row before ``offset`` built)."""
+    rows = conn.execute(
+        f"SELECT {_ROSTER_COLUMNS} FROM roster WHERE run_id = ? ORDER BY hotkey LIMIT ? OFFSET ?",
+        (run_id, count, offset),
+    )
+    return [_roster_row(row) for row in rows]
+
+
+def roster_counts(conn: sqlite3.Connection, run_id: str) -> RosterCounts:
+    """The run's :class:`RosterCounts` (zeros for a run without a roster)."""
+    total, removed, blacklisted, active = conn.execute(
+        "SELECT count(*), total(removed), total(blacklisted),"
+        " total(removed = 0 AND blacklisted = 0) FROM roster WHERE run_id = ?",
+        (run_id,),
+    ).fetchone()
+    return RosterCounts(total, int(active), int(removed), int(blacklisted))
 
 
 def active_roster(conn: sqlite3.Connection, run_id: str) -> list[RosterRow]:

@@ -15,9 +15,10 @@ Admin (bearer admin token; 401/503 from :func:`require_admin`):
   ``POST .../honeypot/reveal`` -> ``{commitment, verified: true}`` (422/404/409).
 
 Public (no auth; each one read transaction): ``GET /v1/runs``, ``GET /v1/runs/{id}``,
-``GET /v1/runs/{id}/rounds/{w}``, ``GET /run/{id}/auditor-stats`` and its ``/v1/runs/{id}/``
-alias. The run view pages its rounds and the round view its miners: ``?offset=&limit=&full=``
-(:mod:`hypertrain.coordinator.flows.pages`; 400 naming a bad parameter). Bodies are read
+``GET /v1/runs/{id}/roster``, ``GET /v1/runs/{id}/rounds/{w}``, ``GET /run/{id}/auditor-stats``
+and its ``/v1/runs/{id}/`` alias. The run view pages its rounds, the roster view the roster and
+the round view its miners: ``?offset=&limit=&full=`` (:mod:`hypertrain.coordinator.flows.pages`;
+400 naming a bad parameter); the three answer through the answer cache. Bodies are read
 with :func:`read_json` (413 over the body limit, 400 duplicate keys).
 """
 
@@ -40,7 +41,7 @@ from hypertrain.coordinator.flows.honeypots import (
 )
 from hypertrain.coordinator.flows.lifecycle import LedgerParams, create_run, set_paused
 from hypertrain.coordinator.flows.pages import page_of
-from hypertrain.coordinator.flows.roundview import run_view, runs_list
+from hypertrain.coordinator.flows.runview import roster_view, run_view, runs_list
 from hypertrain.coordinator.tables.runs import (
     PausedRequest,
     RosterRequest,
@@ -149,6 +150,12 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             parts.answers, lambda: ctx.db.read(run_view, run_id, page)
         )
 
+    async def get_roster(run_id: str) -> Response:
+        page = page_of(request.args)
+        return await cached_json_response(
+            parts.answers, lambda: ctx.db.read(roster_view, run_id, page)
+        )
+
     async def get_round(run_id: str, w: int) -> Response:
         page = page_of(request.args)
         return await cached_json_response(
@@ -170,6 +177,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         (f"{admin}/honeypot/reveal", "honeypot_reveal", reveal, "POST"),
         ("/v1/runs", "list", get_runs, "GET"),
         ("/v1/runs/<run_id>", "view", get_run, "GET"),
+        ("/v1/runs/<run_id>/roster", "roster_view", get_roster, "GET"),
         ("/v1/runs/<run_id>/rounds/<u53:w>", "round", get_round, "GET"),
         ("/run/<run_id>/auditor-stats", "auditor_stats", get_auditor_stats, "GET"),
         ("/v1/runs/<run_id>/auditor-stats", "auditor_stats_v1", get_auditor_stats, "GET"),
