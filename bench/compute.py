@@ -56,6 +56,9 @@ the run.
 
     .venv/bin/python bench/compute.py [--seconds 4] [--slices 4] [--nodes 32] [--jobs 1000]
         [--hold-ms 5000] [--polls 500,1000,2000,4000] [--poll-keys 50] [--burst 1000]
+        [--rows rates,polls,burst]
+
+``--rows burst --burst 1000,10000`` runs only the burst row, at both of goal 4's levels.
 
 The default run takes about 75 s.
 
@@ -65,12 +68,15 @@ Run it as a script: ``python bench/compute.py``.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import math
 import os
 import resource
 import secrets
+import signal
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -109,6 +115,10 @@ BURST_HOLD_MS: Final = 25_000
 """wait_ms of the burst's polls: they are all held when the copies come."""
 BURST_HELD_TIMEOUT: Final = 60.0
 """Seconds the burst waits for all its polls to be held before it queues their copies."""
+CPU_SAMPLE_S: Final = 0.02
+"""Seconds between the burst's samples of the server's CPU time while answers go out."""
+PY_SPY_ATTACH_S: Final = 0.5
+"""Seconds ``--py-spy`` is given to attach before a phase goes on."""
 RECONNECT_PAUSE: Final = 0.05
 """Seconds before a failed connection's replacement (no hot loop on a refusing server)."""
 CONNECTION_FAILURES: Final = (
@@ -247,6 +257,7 @@ async def _one_poll(spec: dict[str, Any], key: str, polls: list[dict[str, Any]])
     hold = spec["wait_ms"] / 1000
     repoll_s = spec.get("repoll_s", 0.0)
     outcome: dict[str, Any] = {"status": 0, "job_null": False}
+    requests = 0
     with trio.move_on_after(CONNECT_TIMEOUT + repoll_s + hold + spec["late_s"]) as scope:
         try:
             conn = await _connect(spec)
@@ -257,6 +268,7 @@ async def _one_poll(spec: dict[str, Any], key: str, polls: list[dict[str, Any]])
                     body = {**LEASE_BODY, "wait_ms": spec["wait_ms"]}
                     status, raw = await conn.post("/v1/compute/jobs/lease", body, key)
                     answered = time.perf_counter()
+                    requests += 1
                     job = json.loads(raw).get("job") if status == 200 else None
                     outcome = {
                         "status": status,
@@ -264,6 +276,7 @@ async def _one_poll(spec: dict[str, Any], key: str, polls: list[dict[str, Any]])
                         "job": job is not None,
                         "sent": sent,
                         "answered": answered,
+                        "requests": requests,
                     }
                     if job is not None or status != 200 or answered >= until:
                         break
@@ -271,6 +284,7 @@ async def _one_poll(spec: dict[str, Any], key: str, polls: list[dict[str, Any]])
             outcome["error"] = f"{type(e).__name__}: {e}"[:120]
     if scope.cancelled_caught:
         outcome["error"] = "no answer in time"
+    outcome["requests"] = requests
     polls.append(outcome)
 
 
@@ -298,6 +312,7 @@ async def _polls(spec: dict[str, Any]) -> dict[str, Any]:
     polls: list[dict[str, Any]] = []
     keys = spec["keys"]
     begin = time.perf_counter()
+    cpu = time.process_time()
     async with trio.open_nursery() as nursery:
         for i in range(spec["count"]):
             nursery.start_soon(_one_poll, spec, keys[i % len(keys)], polls)
@@ -320,6 +335,8 @@ async def _polls(spec: dict[str, Any]) -> dict[str, Any]:
         "wait_max": max(waits, default=0.0),
         "sent_last": max((p["sent"] - begin for p in null), default=0.0),
         "job_answered": sorted(p["answered"] for p in polls if p.get("job")),
+        "requests": sum(p["requests"] for p in polls),
+        "cpu": time.process_time() - cpu,
     }
 
 
@@ -337,11 +354,28 @@ def _raise_fd_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def load_main() -> None:
-    """``--load``: read a spec (JSON) from stdin, print the result (JSON) on stdout."""
+_OTHER_CPUS: list[set[int]] = []
+"""The CPUs the server process was allowed before it pinned itself to one: the load and the
+profiler run there (a child inherits its parent's affinity: asked for in the child itself, the
+one CPU would be the server's)."""
+
+
+def _pin_server() -> None:
+    """Pin this process (the server) to its lowest CPU, the others kept for the load."""
     cpus = os.sched_getaffinity(0)
     if len(cpus) > 1:
-        os.sched_setaffinity(0, cpus - {min(cpus)})
+        os.sched_setaffinity(0, {min(cpus)})
+        _OTHER_CPUS.append(cpus - {min(cpus)})
+
+
+def _off_server_cpu() -> None:
+    """Pin this (child) process to the CPUs the server is not pinned to, if any."""
+    if _OTHER_CPUS:
+        os.sched_setaffinity(0, _OTHER_CPUS[0])
+
+
+def load_main() -> None:
+    """``--load``: read a spec (JSON) from stdin, print the result (JSON) on stdout."""
     _raise_fd_limit()
     print(json.dumps(trio.run(_load, json.load(sys.stdin))))
 
@@ -423,6 +457,7 @@ async def _measure(spec: dict[str, Any], limit: float) -> dict[str, Any]:
             [sys.executable, __file__, "--load"],
             stdin=json.dumps(spec).encode(),
             capture_stdout=True,
+            preexec_fn=_off_server_cpu,
         )
     answer: dict[str, Any] = json.loads(result.stdout)
     return answer
@@ -506,10 +541,48 @@ def _p(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
 
 
+class _Profile:
+    """``--profile PREFIX``: the server's profile, one file a phase: with ``--py-spy BIN``
+    py-spy samples (``PREFIX-<phase>.txt``, collapsed stacks, idle excluded), else cProfile of
+    the Trio thread on its CPU clock (``PREFIX-<phase>.prof``); without a prefix, nothing."""
+
+    def __init__(self, prefix: str | None, py_spy: str | None) -> None:
+        self.prefix = prefix
+        self.py_spy = py_spy
+        self.current: cProfile.Profile | subprocess.Popen[bytes] | None = None
+        self.name = ""
+
+    def phase(self, name: str | None) -> None:
+        """End the current phase (its file written) and start ``name`` (None: none)."""
+        if isinstance(self.current, cProfile.Profile):
+            self.current.disable()
+            self.current.dump_stats(f"{self.prefix}-{self.name}.prof")
+        elif self.current is not None:
+            self.current.send_signal(signal.SIGINT)
+            self.current.wait(SETUP_TIMEOUT)
+        self.current = None
+        if name is None or self.prefix is None:
+            return
+        self.name = name
+        if self.py_spy is None:
+            self.current = cProfile.Profile(time.thread_time)
+            self.current.enable()
+            return
+        out = f"{self.prefix}-{name}.txt"
+        command = [self.py_spy, "record", "--pid", str(os.getpid()), "--rate", "100"]
+        self.current = subprocess.Popen(
+            [*command, "--format", "raw", "--output", out],
+            stdout=subprocess.DEVNULL,
+            preexec_fn=_off_server_cpu,  # not on the server's CPU
+        )
+        time.sleep(PY_SPY_ATTACH_S)
+
+
 async def _burst(args: argparse.Namespace, handle: DaemonHandle, keys: list[str]) -> None:
     """Issue 17 goal 4: N polls held (``wait_ms`` :data:`BURST_HOLD_MS`), then N copies (N/2
     steps) queued in one transaction; from that instant to each poll's answer with a copy.
     perf_counter is CLOCK_MONOTONIC here: one clock for both processes."""
+    profile = _Profile(args.profile, args.py_spy)
     for count in args.burst:
         spec = {
             **_address(handle.url),
@@ -529,24 +602,42 @@ async def _burst(args: argparse.Namespace, handle: DaemonHandle, keys: list[str]
         )
         enqueued: list[float] = []
         held: list[int] = []
+        cpu: list[tuple[float, float]] = []  # (perf_counter, this process's CPU time) samples
+        writes: list[int] = []
 
         async def enqueue_later(
-            count: int = count, enqueued: list[float] = enqueued, held: list[int] = held
+            count: int = count,
+            enqueued: list[float] = enqueued,
+            held: list[int] = held,
+            cpu: list[tuple[float, float]] = cpu,
+            writes: list[int] = writes,
         ) -> None:
+            writes.append(handle.ctx.db.statistics().writes)
+            cpu.append((time.perf_counter(), time.process_time()))
+            profile.phase(f"{count}-intake")
             with trio.move_on_after(BURST_HELD_TIMEOUT):  # (nearly) every poll held
                 while handle.ctx.compute.waiter.waiting(WORK) < count - count // 100:  # noqa: ASYNC110
                     await trio.sleep(0.05)  # a bench's look at a count, not an event to wait on
             held.append(handle.ctx.compute.waiter.waiting(WORK))
+            writes.append(handle.ctx.db.statistics().writes)
             enqueued.append(time.perf_counter())
+            cpu.append((enqueued[0], time.process_time()))
+            profile.phase(f"{count}-answer")
             await _fill_book(handle, count // 2)
+            while True:  # the server's CPU time as the answers go out, until the row ends
+                cpu.append((time.perf_counter(), time.process_time()))
+                await trio.sleep(CPU_SAMPLE_S)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(enqueue_later)
             r = await _measure(spec, limit)
+            profile.phase(None)
+            nursery.cancel_scope.cancel()
         waits = [t - enqueued[0] for t in r["job_answered"]]
         errors = ", ".join(f"{n} x {what}" for what, n in sorted(r["errors"].items())) or "none"
         line = (
-            f"{'burst':18s} {count:6d} polls ({held[0]} held), {count} copies:"
+            f"{'burst':18s} {count:6d} polls ({held[0]} held"
+            f" {enqueued[0] - cpu[0][0]:.1f} s after the first was sent), {count} copies:"
             f" {len(waits)} answered a copy"
         )
         if waits:
@@ -555,7 +646,69 @@ async def _burst(args: argparse.Namespace, handle: DaemonHandle, keys: list[str]
                 f" max {waits[-1]:.3f} s"
             )
         print(f"{line}; errors: {errors}")
+        intake = max(writes[1] - writes[0], 1)  # one write transaction per poll taken in
+        print(
+            f"{'':18s} server CPU {1e6 * (cpu[1][1] - cpu[0][1]) / intake:.0f} us per poll"
+            f" taken in ({intake} polls, repolls included)"
+        )
+        if waits:
+            last = r["job_answered"][-1]
+            answered = max((c for t, c in cpu if t <= last), default=cpu[1][1])
+            print(
+                f"{'':18s} server CPU {1e6 * (answered - cpu[1][1]) / len(waits):.0f} us per"
+                f" copy answered (from the enqueue to the last answer: queuing, hand-out and"
+                f" answers); load generator CPU {1e6 * r['cpu'] / max(r['requests'], 1):.0f} us"
+                f" per poll sent ({r['requests']} sent)"
+            )
         await handle.ctx.db.write(_end_queued)
+
+
+async def _rates(
+    args: argparse.Namespace, handle: DaemonHandle, hello_url: str, keys: list[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``hello POST`` and ``lease -> result`` rows, printed; returns both rows."""
+    hello_spec = {**_address(hello_url), "mode": "hello", "connections": args.nodes}
+    cycles_spec = {**_address(handle.url), "mode": "cycles", "keys": keys}
+    before = handle.ctx.db.statistics()
+    hello, cycles = await _alternate(args, [hello_spec, cycles_spec])
+    after = handle.ctx.db.statistics()
+    per = max(cycles["requests"], 1)
+    print(
+        f"{'hello POST':18s} {hello['rate']:9.0f} req/s"
+        f"  ({hello['ok']} ok, {hello['errors']} errors, {hello['stuck']} stuck;"
+        f" server CPU {_cpu_us(hello):.0f} us/request)"
+    )
+    _notes(hello)
+    left = await handle.ctx.db.read(_queued)
+    print(
+        f"{'lease -> result':18s} {cycles['rate']:9.0f} cycles/s"
+        f" = {2 * cycles['rate']:.0f} req/s  ({cycles['ok']} ok, {cycles['settled']}"
+        f" steps settled, {cycles['errors']} errors, {cycles['stuck']} stuck,"
+        f" {cycles['empty']} empty leases, {left} copies still queued;"
+        f" server CPU {_cpu_us(cycles):.0f} us/request;"
+        f" {(after.writes - before.writes) / per:.2f} write and"
+        f" {(after.reads - before.reads) / per:.2f} read transactions a request)"
+    )
+    _notes(cycles)
+    if cycles["empty"] or left == 0:
+        print("    note: the book ran dry during the row; raise --jobs")
+    return hello, cycles
+
+
+def _summary(hello: dict[str, Any], cycles: dict[str, Any]) -> None:
+    print(f"hello POST (bare hypercorn)     {hello['rate']:9.0f} req/s")
+    print(f"lease -> result                 {cycles['rate']:9.0f} cycles/s")
+    if hello["rate"] > 0:
+        ratio = cycles["rate"] / hello["rate"]
+        print(
+            f"ratio cycles/s / hello req/s: {ratio:.3f}"
+            f" (requests: {2 * ratio:.3f}; one cycle is two requests)"
+        )
+        print(
+            f"ratio of server CPU per request, hello / lease path:"
+            f" {_cpu_us(hello) / _cpu_us(cycles):.3f} (the same ratio where the server,"
+            f" not the machine's other work, is the limit)"
+        )
 
 
 async def serve_and_measure(args: argparse.Namespace) -> None:
@@ -573,65 +726,49 @@ async def serve_and_measure(args: argparse.Namespace) -> None:
                 await _fill_book(handle, args.jobs)
             tune_collector_for_serving()  # as hypertrain-daemon does once it is up
             print(
-                f"server pinned to CPU 0, load on the other CPUs; {args.nodes} nodes,"
-                f" {args.seconds:g} s per row, {args.jobs} steps in the book"
+                f"server on CPUs {sorted(os.sched_getaffinity(0))}, load on CPUs"
+                f" {sorted(_OTHER_CPUS[0]) if _OTHER_CPUS else 'the same'}; {args.nodes} nodes,"
+                f" {args.seconds:g} s per row, {args.jobs} steps in the book;"
+                f" rows: {','.join(args.rows)}"
             )
-            hello_spec = {**_address(hello_url), "mode": "hello", "connections": args.nodes}
-            cycles_spec = {**_address(handle.url), "mode": "cycles", "keys": keys}
-            before = handle.ctx.db.statistics()
-            hello, cycles = await _alternate(args, [hello_spec, cycles_spec])
-            after = handle.ctx.db.statistics()
-            per = max(cycles["requests"], 1)
-            print(
-                f"{'hello POST':18s} {hello['rate']:9.0f} req/s"
-                f"  ({hello['ok']} ok, {hello['errors']} errors, {hello['stuck']} stuck;"
-                f" server CPU {_cpu_us(hello):.0f} us/request)"
-            )
-            _notes(hello)
-            left = await handle.ctx.db.read(_queued)
-            print(
-                f"{'lease -> result':18s} {cycles['rate']:9.0f} cycles/s"
-                f" = {2 * cycles['rate']:.0f} req/s  ({cycles['ok']} ok, {cycles['settled']}"
-                f" steps settled, {cycles['errors']} errors, {cycles['stuck']} stuck,"
-                f" {cycles['empty']} empty leases, {left} copies still queued;"
-                f" server CPU {_cpu_us(cycles):.0f} us/request;"
-                f" {(after.writes - before.writes) / per:.2f} write and"
-                f" {(after.reads - before.reads) / per:.2f} read transactions a request)"
-            )
-            _notes(cycles)
-            if cycles["empty"] or left == 0:
-                print("    note: the book ran dry during the row; raise --jobs")
+            rates = None
+            if "rates" in args.rows:
+                rates = await _rates(args, handle, hello_url, keys)
             # Long polls only wait when nothing is queued: take the rest of the book out.
             await handle.ctx.db.write(_end_queued)
-            print(
-                f"long polls: wait_ms {args.hold_ms}, nothing queued, {args.poll_keys} node keys"
-                f" shared round robin; a level passes when every poll is answered {{'job': null}},"
-                f" none before its hold, and all were surely held at one instant"
-            )
-            best = await _ramp(args, handle.url, poll_keys)
-            if args.burst:
+            best = None
+            if "polls" in args.rows:
+                print(
+                    f"long polls: wait_ms {args.hold_ms}, nothing queued, {args.poll_keys} node"
+                    f" keys shared round robin; a level passes when every poll is answered"
+                    f" {{'job': null}}, none before its hold, and all were surely held at one"
+                    f" instant"
+                )
+                best = await _ramp(args, handle.url, poll_keys)
+            if "burst" in args.rows and args.burst:
                 await _burst(args, handle, poll_keys)
             print()
-            print(f"hello POST (bare hypercorn)     {hello['rate']:9.0f} req/s")
-            print(f"lease -> result                 {cycles['rate']:9.0f} cycles/s")
-            top = ">=" if best == max(args.polls) else "  "
-            print(
-                f"concurrent long polls held    {top}{best:9d} (wait_ms {args.hold_ms};"
-                f" levels {','.join(map(str, args.polls))})"
-            )
-            if hello["rate"] > 0:
-                ratio = cycles["rate"] / hello["rate"]
+            if rates is not None:
+                _summary(*rates)
+            if best is not None:
+                top = ">=" if best == max(args.polls) else "  "
                 print(
-                    f"ratio cycles/s / hello req/s: {ratio:.3f}"
-                    f" (requests: {2 * ratio:.3f}; one cycle is two requests)"
-                )
-                print(
-                    f"ratio of server CPU per request, hello / lease path:"
-                    f" {_cpu_us(hello) / _cpu_us(cycles):.3f} (the same ratio where the server,"
-                    f" not the machine's other work, is the limit)"
+                    f"concurrent long polls held    {top}{best:9d} (wait_ms {args.hold_ms};"
+                    f" levels {','.join(map(str, args.polls))})"
                 )
             handle.request_shutdown()
             nursery.cancel_scope.cancel()
+
+
+ROWS: Final = ("rates", "polls", "burst")
+"""The bench's rows, in the order they run (``--rows``)."""
+
+
+def _rows(text: str) -> list[str]:
+    rows = [part.strip() for part in text.split(",") if part.strip()]
+    if not rows or not set(rows) <= set(ROWS):
+        raise argparse.ArgumentTypeError(f"a comma-separated subset of {','.join(ROWS)}")
+    return rows
 
 
 def _levels(text: str) -> list[int]:
@@ -664,12 +801,27 @@ def main() -> None:
         help="burst levels: N polls held, then N copies",
     )
     parser.add_argument(
+        "--rows",
+        type=_rows,
+        default=list(ROWS),
+        help="rows to run: rates (hello POST and lease -> result), polls (the ramp), burst",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="PREFIX",
+        help="burst row: profile the server, one file a phase (PREFIX-<polls>-intake,"
+        " PREFIX-<polls>-answer); cProfile slows the server down: not for the figures",
+    )
+    parser.add_argument(
+        "--py-spy",
+        metavar="BIN",
+        help="with --profile: sample with this py-spy binary instead of cProfile",
+    )
+    parser.add_argument(
         "--late-s", type=float, default=10.0, help="seconds a poll may take beyond connect + hold"
     )
     args = parser.parse_args()
-    cpus = os.sched_getaffinity(0)
-    if len(cpus) > 1:
-        os.sched_setaffinity(0, {min(cpus)})
+    _pin_server()
     _raise_fd_limit()
     trio.run(serve_and_measure, args)
 
