@@ -46,7 +46,15 @@ work the ratio of these is steadier than the ratio of the rates.
   steps) are queued in one
   transaction, which hands them to the held polls; printed: how many polls got a copy, and the
   time from that transaction to each answer (p50, p99, max). Goal: p99 under 1 s at 1,000 and
-  under 2 s at 10,000.
+  under 2 s at 10,000. Then the server's CPU time per poll taken in (from the row's start to
+  the enqueue, over the polls sent before it) and per copy answered (from the enqueue to the
+  p99 answer, over 99% of the answers), the CPU time its cyclic collector took in each of these
+  two spans, by generation, and the load generator's CPU time per poll sent (it has a CPU of its
+  own where the machine has two, but shares it with whatever else runs there).
+
+``--profile PREFIX`` profiles the server in the burst row's two spans (taking polls in;
+answering), with cProfile on the Trio thread's CPU clock or, with ``--py-spy BIN``, py-spy
+sampling from the load's CPU; the figures of a profiled run are not the bench's.
 
 The server process sets its garbage collector up as ``hypertrain-daemon`` does once it is up
 (``nurseries.tune_collector_for_serving``).
@@ -69,6 +77,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
 import math
 import os
@@ -257,7 +266,7 @@ async def _one_poll(spec: dict[str, Any], key: str, polls: list[dict[str, Any]])
     hold = spec["wait_ms"] / 1000
     repoll_s = spec.get("repoll_s", 0.0)
     outcome: dict[str, Any] = {"status": 0, "job_null": False}
-    requests = 0
+    sends: list[float] = []
     with trio.move_on_after(CONNECT_TIMEOUT + repoll_s + hold + spec["late_s"]) as scope:
         try:
             conn = await _connect(spec)
@@ -265,10 +274,10 @@ async def _one_poll(spec: dict[str, Any], key: str, polls: list[dict[str, Any]])
             async with conn.stream:
                 while True:
                     sent = time.perf_counter()
+                    sends.append(sent)
                     body = {**LEASE_BODY, "wait_ms": spec["wait_ms"]}
                     status, raw = await conn.post("/v1/compute/jobs/lease", body, key)
                     answered = time.perf_counter()
-                    requests += 1
                     job = json.loads(raw).get("job") if status == 200 else None
                     outcome = {
                         "status": status,
@@ -276,7 +285,6 @@ async def _one_poll(spec: dict[str, Any], key: str, polls: list[dict[str, Any]])
                         "job": job is not None,
                         "sent": sent,
                         "answered": answered,
-                        "requests": requests,
                     }
                     if job is not None or status != 200 or answered >= until:
                         break
@@ -284,7 +292,7 @@ async def _one_poll(spec: dict[str, Any], key: str, polls: list[dict[str, Any]])
             outcome["error"] = f"{type(e).__name__}: {e}"[:120]
     if scope.cancelled_caught:
         outcome["error"] = "no answer in time"
-    outcome["requests"] = requests
+    outcome["sends"] = sends
     polls.append(outcome)
 
 
@@ -335,7 +343,7 @@ async def _polls(spec: dict[str, Any]) -> dict[str, Any]:
         "wait_max": max(waits, default=0.0),
         "sent_last": max((p["sent"] - begin for p in null), default=0.0),
         "job_answered": sorted(p["answered"] for p in polls if p.get("job")),
-        "requests": sum(p["requests"] for p in polls),
+        "sends": [sent for p in polls for sent in p["sends"]],
         "cpu": time.process_time() - cpu,
     }
 
@@ -541,6 +549,47 @@ def _p(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
 
 
+class _CollectorTime:
+    """The CPU time this process's threads spent in the cyclic garbage collector, by generation
+    (a ``gc.callbacks`` entry while in use; each thread's own CPU clock, as the machine's other
+    work would swell a wall clock)."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.count = [0, 0, 0]
+        self._began = 0.0
+
+    def __enter__(self) -> _CollectorTime:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.thread_time()
+        else:
+            self.seconds[info["generation"]] += time.thread_time() - self._began
+            self.count[info["generation"]] += 1
+
+    def since(self, earlier: tuple[list[int], list[float]]) -> str:
+        return self.between(earlier, self.mark())
+
+    @staticmethod
+    def between(
+        earlier: tuple[list[int], list[float]], later: tuple[list[int], list[float]]
+    ) -> str:
+        (counts, seconds), (now_counts, now_seconds) = earlier, later
+        return ", ".join(
+            f"gen{g} {now_counts[g] - counts[g]} x {1e3 * (now_seconds[g] - seconds[g]):.0f} ms"
+            for g in range(3)
+        )
+
+    def mark(self) -> tuple[list[int], list[float]]:
+        return list(self.count), list(self.seconds)
+
+
 class _Profile:
     """``--profile PREFIX``: the server's profile, one file a phase: with ``--py-spy BIN``
     py-spy samples (``PREFIX-<phase>.txt``, collapsed stacks, idle excluded), else cProfile of
@@ -603,23 +652,23 @@ async def _burst(args: argparse.Namespace, handle: DaemonHandle, keys: list[str]
         enqueued: list[float] = []
         held: list[int] = []
         cpu: list[tuple[float, float]] = []  # (perf_counter, this process's CPU time) samples
-        writes: list[int] = []
+        collected: list[tuple[list[int], list[float]]] = []
 
         async def enqueue_later(
             count: int = count,
             enqueued: list[float] = enqueued,
             held: list[int] = held,
             cpu: list[tuple[float, float]] = cpu,
-            writes: list[int] = writes,
+            collected: list[tuple[list[int], list[float]]] = collected,
         ) -> None:
-            writes.append(handle.ctx.db.statistics().writes)
+            collected.append(collector.mark())
             cpu.append((time.perf_counter(), time.process_time()))
             profile.phase(f"{count}-intake")
             with trio.move_on_after(BURST_HELD_TIMEOUT):  # (nearly) every poll held
                 while handle.ctx.compute.waiter.waiting(WORK) < count - count // 100:  # noqa: ASYNC110
                     await trio.sleep(0.05)  # a bench's look at a count, not an event to wait on
             held.append(handle.ctx.compute.waiter.waiting(WORK))
-            writes.append(handle.ctx.db.statistics().writes)
+            collected.append(collector.mark())
             enqueued.append(time.perf_counter())
             cpu.append((enqueued[0], time.process_time()))
             profile.phase(f"{count}-answer")
@@ -628,11 +677,12 @@ async def _burst(args: argparse.Namespace, handle: DaemonHandle, keys: list[str]
                 cpu.append((time.perf_counter(), time.process_time()))
                 await trio.sleep(CPU_SAMPLE_S)
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(enqueue_later)
-            r = await _measure(spec, limit)
-            profile.phase(None)
-            nursery.cancel_scope.cancel()
+        with _CollectorTime() as collector:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(enqueue_later)
+                r = await _measure(spec, limit)
+                profile.phase(None)
+                nursery.cancel_scope.cancel()
         waits = [t - enqueued[0] for t in r["job_answered"]]
         errors = ", ".join(f"{n} x {what}" for what, n in sorted(r["errors"].items())) or "none"
         line = (
@@ -646,19 +696,21 @@ async def _burst(args: argparse.Namespace, handle: DaemonHandle, keys: list[str]
                 f" max {waits[-1]:.3f} s"
             )
         print(f"{line}; errors: {errors}")
-        intake = max(writes[1] - writes[0], 1)  # one write transaction per poll taken in
+        intake = max(sum(sent < enqueued[0] for sent in r["sends"]), 1)
         print(
             f"{'':18s} server CPU {1e6 * (cpu[1][1] - cpu[0][1]) / intake:.0f} us per poll"
-            f" taken in ({intake} polls, repolls included)"
+            f" taken in ({intake} polls sent before the enqueue, repolls included; collector"
+            f" {collector.between(collected[0], collected[1])})"
         )
         if waits:
-            last = r["job_answered"][-1]
+            last = r["job_answered"][math.ceil(0.99 * len(waits)) - 1]
             answered = max((c for t, c in cpu if t <= last), default=cpu[1][1])
             print(
-                f"{'':18s} server CPU {1e6 * (answered - cpu[1][1]) / len(waits):.0f} us per"
-                f" copy answered (from the enqueue to the last answer: queuing, hand-out and"
-                f" answers); load generator CPU {1e6 * r['cpu'] / max(r['requests'], 1):.0f} us"
-                f" per poll sent ({r['requests']} sent)"
+                f"{'':18s} server CPU {1e6 * (answered - cpu[1][1]) / (0.99 * len(waits)):.0f} us"
+                f" per copy answered (from the enqueue to the p99 answer: queuing, hand-out and"
+                f" answers; collector since the enqueue {collector.since(collected[1])});"
+                f" load generator CPU {1e6 * r['cpu'] / max(len(r['sends']), 1):.0f} us per poll"
+                f" sent ({len(r['sends'])} sent)"
             )
         await handle.ctx.db.write(_end_queued)
 
