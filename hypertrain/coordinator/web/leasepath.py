@@ -31,8 +31,9 @@ which still lists both routes: 405 for other methods) with every guarantee of a 
   p99), with every one's half-built answer alive at once, which the cyclic collector walked
   again and again (young collections took 1.4-1.7 s of CPU in a 10,000-copy burst, 0.3-0.4 s
   in turns; ``bench/compute.py --rows burst``). The wait for a turn is bounded because an
-  answer's send cannot be cancelled (hypercorn shields it): a client that does not read may
-  keep its turn.
+  answer's send cannot be cancelled (hypercorn shields it): a client that does not read and
+  has let its socket's send buffer fill keeps its turn, and ``answers_at_once`` such clients
+  delay every held answer by :data:`ANSWER_TURN_WAIT`, never more.
 """
 
 from __future__ import annotations
@@ -82,8 +83,10 @@ KNOWN_KEYS_LIMIT: Final = 1 << 16
 """Node keys remembered as known (their sha256); past it the memory starts afresh."""
 ANSWERS_AT_ONCE: Final = 64
 """Held polls that send their answers at one time (module doc)."""
-ANSWER_TURN_WAIT: Final = 1.0
-"""Seconds a held poll waits for its turn to answer at most (module doc)."""
+ANSWER_TURN_WAIT: Final = 10.0
+"""Seconds a held poll waits for its turn to answer at most (module doc): within the 15 s a
+node's lease read timeout leaves past the 25 s hold, and above a 10,000-answer burst's length
+(at 1 s, the last polls of such a burst stopped waiting and answered all together again)."""
 _JSON: Final = (b"content-type", JSON_CONTENT_TYPE.encode())
 
 
