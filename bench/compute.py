@@ -52,7 +52,16 @@ work the ratio of these is steadier than the ratio of the rates.
   steps) are queued in one
   transaction, which hands them to the held polls; printed: how many polls got a copy, and the
   time from that transaction to each answer (p50, p99, max). Goal: p99 under 1 s at 1,000 and
-  under 2 s at 10,000.
+  under 2 s at 10,000. Then the server's CPU time per poll taken in (from the row's start to
+  the enqueue, over the polls sent before it) and per copy answered (from the enqueue to the
+  p99 answer, over 99% of the answers), the CPU time its cyclic collector took in each of these
+  two spans, by generation, and the load generator's CPU time per poll sent (it has a CPU of its
+  own where the machine has two, but shares it with whatever else runs there).
+
+``--profile PREFIX`` profiles the server: in the ``result+next`` row (cProfile on the process's
+CPU time, ``PREFIX-result+next.prof``) and in the burst row's two spans (taking polls in;
+answering), with cProfile on the Trio thread's CPU clock or, with ``--py-spy BIN``, py-spy
+sampling from the load's CPU; the figures of a profiled run are not the bench's.
 
 The server process sets its garbage collector up as ``hypertrain-daemon`` does once it is up
 (``nurseries.tune_collector_for_serving``).
@@ -62,10 +71,11 @@ the run.
 
     .venv/bin/python bench/compute.py [--seconds 4] [--slices 4] [--nodes 32] [--jobs 1000]
         [--hold-ms 5000] [--polls 500,1000,2000,4000] [--poll-keys 50] [--burst 1000]
+        [--rows rates,polls,burst]
 
-``--polls ""`` and ``--burst ""`` skip those rows (the cycle rows alone take about 20 s);
-``--profile PATH`` writes a cProfile of the server process (CPU time) during the
-``result+next`` row to PATH (its figures are then slowed by the profiler).
+``--rows burst --burst 1000,10000`` runs only the burst row, at both of goal 4's levels.
+
+``--rows rates`` runs the three rate rows alone (about 20 s).
 
 The default run takes about 75 s.
 
@@ -76,13 +86,16 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
 import math
 import os
 import pstats
 import resource
 import secrets
+import signal
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -122,6 +135,10 @@ BURST_HOLD_MS: Final = 25_000
 """wait_ms of the burst's polls: they are all held when the copies come."""
 BURST_HELD_TIMEOUT: Final = 60.0
 """Seconds the burst waits for all its polls to be held before it queues their copies."""
+CPU_SAMPLE_S: Final = 0.02
+"""Seconds between the burst's samples of the server's CPU time while answers go out."""
+PY_SPY_ATTACH_S: Final = 0.5
+"""Seconds ``--py-spy`` is given to attach before a phase goes on."""
 RECONNECT_PAUSE: Final = 0.05
 """Seconds before a failed connection's replacement (no hot loop on a refusing server)."""
 CONNECTION_FAILURES: Final = (
@@ -276,6 +293,7 @@ async def _one_poll(spec: dict[str, Any], key: str, polls: list[dict[str, Any]])
     hold = spec["wait_ms"] / 1000
     repoll_s = spec.get("repoll_s", 0.0)
     outcome: dict[str, Any] = {"status": 0, "job_null": False}
+    sends: list[float] = []
     with trio.move_on_after(CONNECT_TIMEOUT + repoll_s + hold + spec["late_s"]) as scope:
         try:
             conn = await _connect(spec)
@@ -283,6 +301,7 @@ async def _one_poll(spec: dict[str, Any], key: str, polls: list[dict[str, Any]])
             async with conn.stream:
                 while True:
                     sent = time.perf_counter()
+                    sends.append(sent)
                     body = {**LEASE_BODY, "wait_ms": spec["wait_ms"]}
                     status, raw = await conn.post("/v1/compute/jobs/lease", body, key)
                     answered = time.perf_counter()
@@ -300,6 +319,7 @@ async def _one_poll(spec: dict[str, Any], key: str, polls: list[dict[str, Any]])
             outcome["error"] = f"{type(e).__name__}: {e}"[:120]
     if scope.cancelled_caught:
         outcome["error"] = "no answer in time"
+    outcome["sends"] = sends
     polls.append(outcome)
 
 
@@ -327,6 +347,7 @@ async def _polls(spec: dict[str, Any]) -> dict[str, Any]:
     polls: list[dict[str, Any]] = []
     keys = spec["keys"]
     begin = time.perf_counter()
+    cpu = time.process_time()
     async with trio.open_nursery() as nursery:
         for i in range(spec["count"]):
             nursery.start_soon(_one_poll, spec, keys[i % len(keys)], polls)
@@ -349,6 +370,8 @@ async def _polls(spec: dict[str, Any]) -> dict[str, Any]:
         "wait_max": max(waits, default=0.0),
         "sent_last": max((p["sent"] - begin for p in null), default=0.0),
         "job_answered": sorted(p["answered"] for p in polls if p.get("job")),
+        "sends": [sent for p in polls for sent in p["sends"]],
+        "cpu": time.process_time() - cpu,
     }
 
 
@@ -366,11 +389,28 @@ def _raise_fd_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def load_main() -> None:
-    """``--load``: read a spec (JSON) from stdin, print the result (JSON) on stdout."""
+_OTHER_CPUS: list[set[int]] = []
+"""The CPUs the server process was allowed before it pinned itself to one: the load and the
+profiler run there (a child inherits its parent's affinity: asked for in the child itself, the
+one CPU would be the server's)."""
+
+
+def _pin_server() -> None:
+    """Pin this process (the server) to its lowest CPU, the others kept for the load."""
     cpus = os.sched_getaffinity(0)
     if len(cpus) > 1:
-        os.sched_setaffinity(0, cpus - {min(cpus)})
+        os.sched_setaffinity(0, {min(cpus)})
+        _OTHER_CPUS.append(cpus - {min(cpus)})
+
+
+def _off_server_cpu() -> None:
+    """Pin this (child) process to the CPUs the server is not pinned to, if any."""
+    if _OTHER_CPUS:
+        os.sched_setaffinity(0, _OTHER_CPUS[0])
+
+
+def load_main() -> None:
+    """``--load``: read a spec (JSON) from stdin, print the result (JSON) on stdout."""
     _raise_fd_limit()
     print(json.dumps(trio.run(_load, json.load(sys.stdin))))
 
@@ -452,6 +492,7 @@ async def _measure(spec: dict[str, Any], limit: float) -> dict[str, Any]:
             [sys.executable, __file__, "--load"],
             stdin=json.dumps(spec).encode(),
             capture_stdout=True,
+            preexec_fn=_off_server_cpu,
         )
     answer: dict[str, Any] = json.loads(result.stdout)
     return answer
@@ -512,7 +553,7 @@ async def _alternate(
                 }
             )
     if profiles:
-        pstats.Stats(*profiles).dump_stats(args.profile)
+        pstats.Stats(*profiles).dump_stats(f"{args.profile}-result+next.prof")
     return [_merge(done) for done in slices]
 
 
@@ -560,10 +601,89 @@ def _p(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
 
 
+class _CollectorTime:
+    """The CPU time this process's threads spent in the cyclic garbage collector, by generation
+    (a ``gc.callbacks`` entry while in use; each thread's own CPU clock, as the machine's other
+    work would swell a wall clock)."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.count = [0, 0, 0]
+        self._began = 0.0
+
+    def __enter__(self) -> _CollectorTime:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.thread_time()
+        else:
+            self.seconds[info["generation"]] += time.thread_time() - self._began
+            self.count[info["generation"]] += 1
+
+    def since(self, earlier: tuple[list[int], list[float]]) -> str:
+        return self.between(earlier, self.mark())
+
+    @staticmethod
+    def between(
+        earlier: tuple[list[int], list[float]], later: tuple[list[int], list[float]]
+    ) -> str:
+        (counts, seconds), (now_counts, now_seconds) = earlier, later
+        return ", ".join(
+            f"gen{g} {now_counts[g] - counts[g]} x {1e3 * (now_seconds[g] - seconds[g]):.0f} ms"
+            for g in range(3)
+        )
+
+    def mark(self) -> tuple[list[int], list[float]]:
+        return list(self.count), list(self.seconds)
+
+
+class _Profile:
+    """``--profile PREFIX``: the server's profile, one file a phase: with ``--py-spy BIN``
+    py-spy samples (``PREFIX-<phase>.txt``, collapsed stacks, idle excluded), else cProfile of
+    the Trio thread on its CPU clock (``PREFIX-<phase>.prof``); without a prefix, nothing."""
+
+    def __init__(self, prefix: str | None, py_spy: str | None) -> None:
+        self.prefix = prefix
+        self.py_spy = py_spy
+        self.current: cProfile.Profile | subprocess.Popen[bytes] | None = None
+        self.name = ""
+
+    def phase(self, name: str | None) -> None:
+        """End the current phase (its file written) and start ``name`` (None: none)."""
+        if isinstance(self.current, cProfile.Profile):
+            self.current.disable()
+            self.current.dump_stats(f"{self.prefix}-{self.name}.prof")
+        elif self.current is not None:
+            self.current.send_signal(signal.SIGINT)
+            self.current.wait(SETUP_TIMEOUT)
+        self.current = None
+        if name is None or self.prefix is None:
+            return
+        self.name = name
+        if self.py_spy is None:
+            self.current = cProfile.Profile(time.thread_time)
+            self.current.enable()
+            return
+        out = f"{self.prefix}-{name}.txt"
+        command = [self.py_spy, "record", "--pid", str(os.getpid()), "--rate", "100"]
+        self.current = subprocess.Popen(
+            [*command, "--format", "raw", "--output", out],
+            stdout=subprocess.DEVNULL,
+            preexec_fn=_off_server_cpu,  # not on the server's CPU
+        )
+        time.sleep(PY_SPY_ATTACH_S)
+
+
 async def _burst(args: argparse.Namespace, handle: DaemonHandle, keys: list[str]) -> None:
     """Issue 17 goal 4: N polls held (``wait_ms`` :data:`BURST_HOLD_MS`), then N copies (N/2
     steps) queued in one transaction; from that instant to each poll's answer with a copy.
     perf_counter is CLOCK_MONOTONIC here: one clock for both processes."""
+    profile = _Profile(args.profile, args.py_spy)
     for count in args.burst:
         spec = {
             **_address(handle.url),
@@ -583,24 +703,43 @@ async def _burst(args: argparse.Namespace, handle: DaemonHandle, keys: list[str]
         )
         enqueued: list[float] = []
         held: list[int] = []
+        cpu: list[tuple[float, float]] = []  # (perf_counter, this process's CPU time) samples
+        collected: list[tuple[list[int], list[float]]] = []
 
         async def enqueue_later(
-            count: int = count, enqueued: list[float] = enqueued, held: list[int] = held
+            count: int = count,
+            enqueued: list[float] = enqueued,
+            held: list[int] = held,
+            cpu: list[tuple[float, float]] = cpu,
+            collected: list[tuple[list[int], list[float]]] = collected,
         ) -> None:
+            collected.append(collector.mark())
+            cpu.append((time.perf_counter(), time.process_time()))
+            profile.phase(f"{count}-intake")
             with trio.move_on_after(BURST_HELD_TIMEOUT):  # (nearly) every poll held
                 while handle.ctx.compute.waiter.waiting(WORK) < count - count // 100:  # noqa: ASYNC110
                     await trio.sleep(0.05)  # a bench's look at a count, not an event to wait on
             held.append(handle.ctx.compute.waiter.waiting(WORK))
+            collected.append(collector.mark())
             enqueued.append(time.perf_counter())
+            cpu.append((enqueued[0], time.process_time()))
+            profile.phase(f"{count}-answer")
             await _fill_book(handle, count // 2)
+            while True:  # the server's CPU time as the answers go out, until the row ends
+                cpu.append((time.perf_counter(), time.process_time()))
+                await trio.sleep(CPU_SAMPLE_S)
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(enqueue_later)
-            r = await _measure(spec, limit)
+        with _CollectorTime() as collector:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(enqueue_later)
+                r = await _measure(spec, limit)
+                profile.phase(None)
+                nursery.cancel_scope.cancel()
         waits = [t - enqueued[0] for t in r["job_answered"]]
         errors = ", ".join(f"{n} x {what}" for what, n in sorted(r["errors"].items())) or "none"
         line = (
-            f"{'burst':18s} {count:6d} polls ({held[0]} held), {count} copies:"
+            f"{'burst':18s} {count:6d} polls ({held[0]} held"
+            f" {enqueued[0] - cpu[0][0]:.1f} s after the first was sent), {count} copies:"
             f" {len(waits)} answered a copy"
         )
         if waits:
@@ -609,7 +748,72 @@ async def _burst(args: argparse.Namespace, handle: DaemonHandle, keys: list[str]
                 f" max {waits[-1]:.3f} s"
             )
         print(f"{line}; errors: {errors}")
+        intake = max(sum(sent < enqueued[0] for sent in r["sends"]), 1)
+        print(
+            f"{'':18s} server CPU {1e6 * (cpu[1][1] - cpu[0][1]) / intake:.0f} us per poll"
+            f" taken in ({intake} polls sent before the enqueue, repolls included; collector"
+            f" {collector.between(collected[0], collected[1])})"
+        )
+        if waits:
+            last = r["job_answered"][math.ceil(0.99 * len(waits)) - 1]
+            answered = max((c for t, c in cpu if t <= last), default=cpu[1][1])
+            print(
+                f"{'':18s} server CPU {1e6 * (answered - cpu[1][1]) / (0.99 * len(waits)):.0f} us"
+                f" per copy answered (from the enqueue to the p99 answer: queuing, hand-out and"
+                f" answers; collector since the enqueue {collector.since(collected[1])});"
+                f" load generator CPU {1e6 * r['cpu'] / max(len(r['sends']), 1):.0f} us per poll"
+                f" sent ({len(r['sends'])} sent)"
+            )
         await handle.ctx.db.write(_end_queued)
+
+
+async def _rates(
+    args: argparse.Namespace, handle: DaemonHandle, hello_url: str, keys: list[str]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The ``hello POST``, ``lease -> result`` and ``result+next`` rows, printed; returns them."""
+    hello_spec = {**_address(hello_url), "mode": "hello", "connections": args.nodes}
+    cycles_spec = {**_address(handle.url), "mode": "cycles", "keys": keys}
+    one_spec = {**cycles_spec, "mode": "one-request cycles", "next": True}
+    one_spec["profile"] = args.profile is not None
+    hello, two, one = await _alternate(args, [hello_spec, cycles_spec, one_spec], handle.ctx.db)
+    print(
+        f"{'hello POST':22s} {hello['rate']:9.0f} req/s"
+        f"  ({hello['ok']} ok, {hello['errors']} errors, {hello['stuck']} stuck;"
+        f" server CPU {_cpu_us(hello):.0f} us/request)"
+    )
+    _notes(hello)
+    for name, row in (("lease -> result", two), ("result+next", one)):
+        per = max(row["requests"], 1)
+        print(
+            f"{name:22s} {row['rate']:9.0f} cycles/s = {_req_rate(row):.0f} req/s"
+            f" ({row['timed_requests'] / max(row['ok'], 1):.2f} requests a cycle;"
+            f" {row['ok']} ok, {row['settled']} steps settled, {row['errors']} errors,"
+            f" {row['stuck']} stuck, {row['leased']} plain leases with a copy,"
+            f" {row['empty']} empty; server CPU {_cpu_us(row):.0f} us/request;"
+            f" {row['writes'] / per:.2f} write and {row['reads'] / per:.2f} read"
+            f" transactions a request)"
+        )
+        _notes(row)
+    left = await handle.ctx.db.read(_queued)
+    print(f"    {left} copies still queued")
+    if two["empty"] or one["empty"] or left == 0:
+        print("    note: the book ran dry during a row; raise --jobs")
+    return hello, two, one
+
+
+def _summary(hello: dict[str, Any], two: dict[str, Any], one: dict[str, Any]) -> None:
+    print(f"hello POST (bare hypercorn)     {hello['rate']:9.0f} req/s")
+    print(f"lease -> result (two requests)  {two['rate']:9.0f} cycles/s")
+    print(f"result+next (one request)       {one['rate']:9.0f} cycles/s")
+    if hello["rate"] > 0:
+        for name, row in (("lease -> result", two), ("result+next", one)):
+            print(
+                f"ratio {name} / hello POST: cycles {row['rate'] / hello['rate']:.3f},"
+                f" requests {_req_rate(row) / hello['rate']:.3f};"
+                f" server CPU per request, hello / {name}:"
+                f" {_cpu_us(hello) / _cpu_us(row):.3f} (the same ratio where the server,"
+                f" not the machine's other work, is the limit)"
+            )
 
 
 async def serve_and_measure(args: argparse.Namespace) -> None:
@@ -627,69 +831,49 @@ async def serve_and_measure(args: argparse.Namespace) -> None:
                 await _fill_book(handle, args.jobs)
             tune_collector_for_serving()  # as hypertrain-daemon does once it is up
             print(
-                f"server pinned to CPU 0, load on the other CPUs; {args.nodes} nodes,"
-                f" {args.seconds:g} s per row, {args.jobs} steps in the book"
+                f"server on CPUs {sorted(os.sched_getaffinity(0))}, load on CPUs"
+                f" {sorted(_OTHER_CPUS[0]) if _OTHER_CPUS else 'the same'}; {args.nodes} nodes,"
+                f" {args.seconds:g} s per row, {args.jobs} steps in the book;"
+                f" rows: {','.join(args.rows)}"
             )
-            hello_spec = {**_address(hello_url), "mode": "hello", "connections": args.nodes}
-            cycles_spec = {**_address(handle.url), "mode": "cycles", "keys": keys}
-            one_spec = {**cycles_spec, "mode": "one-request cycles", "next": True}
-            one_spec["profile"] = args.profile is not None
-            rows = await _alternate(args, [hello_spec, cycles_spec, one_spec], handle.ctx.db)
-            hello, two, one = rows
-            print(
-                f"{'hello POST':22s} {hello['rate']:9.0f} req/s"
-                f"  ({hello['ok']} ok, {hello['errors']} errors, {hello['stuck']} stuck;"
-                f" server CPU {_cpu_us(hello):.0f} us/request)"
-            )
-            _notes(hello)
-            for name, row in (("lease -> result", two), ("result+next", one)):
-                per = max(row["requests"], 1)
-                print(
-                    f"{name:22s} {row['rate']:9.0f} cycles/s = {_req_rate(row):.0f} req/s"
-                    f" ({row['timed_requests'] / max(row['ok'], 1):.2f} requests a cycle;"
-                    f" {row['ok']} ok, {row['settled']} steps settled, {row['errors']} errors,"
-                    f" {row['stuck']} stuck, {row['leased']} plain leases with a copy,"
-                    f" {row['empty']} empty; server CPU {_cpu_us(row):.0f} us/request;"
-                    f" {row['writes'] / per:.2f} write and {row['reads'] / per:.2f} read"
-                    f" transactions a request)"
-                )
-                _notes(row)
-            left = await handle.ctx.db.read(_queued)
-            print(f"    {left} copies still queued")
-            if two["empty"] or one["empty"] or left == 0:
-                print("    note: the book ran dry during a row; raise --jobs")
+            rates = None
+            if "rates" in args.rows:
+                rates = await _rates(args, handle, hello_url, keys)
             # Long polls only wait when nothing is queued: take the rest of the book out.
             await handle.ctx.db.write(_end_queued)
-            if args.polls:
+            best = None
+            if "polls" in args.rows:
                 print(
-                    f"long polls: wait_ms {args.hold_ms}, nothing queued, {args.poll_keys}"
-                    " node keys shared round robin; a level passes when every poll is answered"
-                    " {'job': null}, none before its hold, and all were surely held at one"
-                    " instant"
+                    f"long polls: wait_ms {args.hold_ms}, nothing queued, {args.poll_keys} node"
+                    f" keys shared round robin; a level passes when every poll is answered"
+                    f" {{'job': null}}, none before its hold, and all were surely held at one"
+                    f" instant"
                 )
-            best = await _ramp(args, handle.url, poll_keys) if args.polls else 0
-            if args.burst:
+                best = await _ramp(args, handle.url, poll_keys)
+            if "burst" in args.rows and args.burst:
                 await _burst(args, handle, poll_keys)
             print()
-            print(f"hello POST (bare hypercorn)     {hello['rate']:9.0f} req/s")
-            print(f"lease -> result (two requests)  {two['rate']:9.0f} cycles/s")
-            print(f"result+next (one request)       {one['rate']:9.0f} cycles/s")
-            if args.polls:
+            if rates is not None:
+                _summary(*rates)
+            if best is not None:
                 top = ">=" if best == max(args.polls) else "  "
                 print(
                     f"concurrent long polls held    {top}{best:9d} (wait_ms {args.hold_ms};"
                     f" levels {','.join(map(str, args.polls))})"
                 )
-            if hello["rate"] > 0:
-                for name, row in (("lease -> result", two), ("result+next", one)):
-                    print(
-                        f"ratio {name} / hello POST: cycles {row['rate'] / hello['rate']:.3f},"
-                        f" requests {_req_rate(row) / hello['rate']:.3f};"
-                        f" server CPU per request, hello / {name}:"
-                        f" {_cpu_us(hello) / _cpu_us(row):.3f}"
-                    )
             handle.request_shutdown()
             nursery.cancel_scope.cancel()
+
+
+ROWS: Final = ("rates", "polls", "burst")
+"""The bench's rows, in the order they run (``--rows``)."""
+
+
+def _rows(text: str) -> list[str]:
+    rows = [part.strip() for part in text.split(",") if part.strip()]
+    if not rows or not set(rows) <= set(ROWS):
+        raise argparse.ArgumentTypeError(f"a comma-separated subset of {','.join(ROWS)}")
+    return rows
 
 
 def _levels(text: str) -> list[int]:
@@ -723,17 +907,28 @@ def main() -> None:
         help="burst levels: N polls held, then N copies",
     )
     parser.add_argument(
-        "--late-s", type=float, default=10.0, help="seconds a poll may take beyond connect + hold"
+        "--rows",
+        type=_rows,
+        default=list(ROWS),
+        help="rows to run: rates (hello POST and lease -> result), polls (the ramp), burst",
     )
     parser.add_argument(
         "--profile",
-        metavar="PATH",
-        help="profile the server (cProfile, CPU time) during the result+next row; pstats to PATH",
+        metavar="PREFIX",
+        help="profile the server: the result+next row (cProfile, PREFIX-result+next.prof) and"
+        " the burst row, one file a phase (PREFIX-<polls>-intake, PREFIX-<polls>-answer);"
+        " a profiler slows the server down: not for the figures",
+    )
+    parser.add_argument(
+        "--py-spy",
+        metavar="BIN",
+        help="with --profile: sample with this py-spy binary instead of cProfile",
+    )
+    parser.add_argument(
+        "--late-s", type=float, default=10.0, help="seconds a poll may take beyond connect + hold"
     )
     args = parser.parse_args()
-    cpus = os.sched_getaffinity(0)
-    if len(cpus) > 1:
-        os.sched_setaffinity(0, {min(cpus)})
+    _pin_server()
     _raise_fd_limit()
     trio.run(serve_and_measure, args)
 
