@@ -12,7 +12,8 @@ time ``now_ms`` from its caller and returns the events to publish as ``(kind, pa
 :func:`job_scores`, :func:`jobs_of_subjects`, :func:`pending_fallbacks` (:mod:`.jobs`);
 :func:`lease`, :func:`hand_out` (:mod:`.leases`);
 :func:`submit_result` (:mod:`.results`); :func:`expire_due`, :func:`fallback_due`,
-:func:`next_deadline_ms` (:mod:`.timers`); :func:`settle_trusted` (:mod:`.fallback`);
+:func:`next_deadline_ms`, :func:`lease_due_ms`, :func:`wait_due_ms` (:mod:`.timers`);
+:func:`settle_trusted` (:mod:`.fallback`);
 :func:`status` (:mod:`.status`). Tables: ``0008_compute.sql``.
 
 Life of a step: ``enqueue_step`` -> two queued copies -> ``lease`` (two different nodes) ->
@@ -72,7 +73,13 @@ from hypertrain.compute.rules import (
     within_tolerance,
 )
 from hypertrain.compute.status import status
-from hypertrain.compute.timers import expire_due, fallback_due, next_deadline_ms
+from hypertrain.compute.timers import (
+    expire_due,
+    fallback_due,
+    lease_due_ms,
+    next_deadline_ms,
+    wait_due_ms,
+)
 from hypertrain.compute.wire import (
     InputFile,
     LeaseGrant,
@@ -120,6 +127,7 @@ __all__ = [
     "jobs_of_subjects",
     "judge",
     "lease",
+    "lease_due_ms",
     "mint_key",
     "mint_lease_token",
     "new_handle",
@@ -137,5 +145,6 @@ __all__ = [
     "submit_result",
     "trace_event",
     "utc_day",
+    "wait_due_ms",
     "within_tolerance",
 ]

@@ -70,6 +70,11 @@ def _gone(copy_id: str, detail: str) -> ErrorAnswer:
     return ErrorAnswer(f"copy {copy_id}: {detail}; this answer counts for nothing")
 
 
+def _expired(copy: Copy) -> str:
+    """Why a post on an expired lease counts for nothing (made only when it is answered)."""
+    return f"the lease expired at {iso_ms(copy.deadline_ms or 0)}"
+
+
 def _record(conn: sqlite3.Connection, copy: Copy, answer: Answer, state: str, now_ms: int) -> None:
     order = None
     if state == "answered":
@@ -150,14 +155,14 @@ def take_result(
         if copy.answer_key == answer.key() and copy.response is not None:
             return 200, copy.response, []
         raise Conflict(f"copy {copy_id} already has a different answer")
-    expired = f"the lease expired at {iso_ms(copy.deadline_ms or 0)}"
     if copy.state == "expired":
-        return GONE, _gone(copy_id, expired), []
+        return GONE, _gone(copy_id, _expired(copy)), []
     if copy.state != "leased":
         return GONE, _gone(copy_id, f"the copy is {copy.state}"), []
     assert copy.deadline_ms is not None
     if now_ms > copy.deadline_ms:
-        return GONE, _gone(copy_id, expired), expire_copy(conn, copy, challenge, now_ms, settings)
+        gone = _gone(copy_id, _expired(copy))
+        return GONE, gone, expire_copy(conn, copy, challenge, now_ms, settings)
     if job.state == "unscored" or (job.state == "settled" and job.settled_how != "fallback"):
         conn.execute("UPDATE compute_copies SET state = 'late' WHERE copy_id = ?", (copy_id,))
         return GONE, _gone(copy_id, f"the step is already {job.state}"), []

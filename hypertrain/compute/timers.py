@@ -15,7 +15,11 @@ Promises (times are the caller's wall clock in ms; nothing here reads a clock):
 - :func:`next_deadline_ms`: the earliest instant at which :func:`expire_due` or
   :func:`fallback_due` has work (a lease's ``deadline_ms + 1``, a waiting job's
   ``wait_deadline_ms``), or None. Read from the store, so a restarted reaper rebuilds its timer
-  from the stored deadlines instead of resetting them.
+  from the stored deadlines instead of resetting them. It is the earlier of its two parts,
+  each one indexed query: :func:`lease_due_ms` (the earliest lease's ``deadline_ms + 1``) and
+  :func:`wait_due_ms` (the earliest waiting job's ``wait_deadline_ms``); a caller that knows
+  only one part can have moved earlier (a transaction that only leased: leasing never makes a
+  window due sooner) reads that part alone.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from hypertrain.compute.rows import JOB_COLUMNS, get_copy, job_from_row
 from hypertrain.compute.transitions import expire_copy, send_to_fallback
 from hypertrain.scoring.registry import get_challenge
 
-__all__ = ["expire_due", "fallback_due", "next_deadline_ms"]
+__all__ = ["expire_due", "fallback_due", "lease_due_ms", "next_deadline_ms", "wait_due_ms"]
 
 _WAITING = (
     "state = 'queued' AND EXISTS (SELECT 1 FROM compute_copies c"
@@ -71,15 +75,25 @@ def fallback_due(conn: sqlite3.Connection, now_ms: int) -> list[Event]:
     return events
 
 
-def next_deadline_ms(conn: sqlite3.Connection) -> int | None:
-    """When the reaper should next call :func:`expire_due` / :func:`fallback_due`."""
-    lease_due = conn.execute(
+def lease_due_ms(conn: sqlite3.Connection) -> int | None:
+    """When the earliest lease is due to expire (its ``deadline_ms + 1``), or None."""
+    row = conn.execute(
         "SELECT deadline_ms + 1 FROM compute_copies INDEXED BY compute_copies_by_deadline"
         " WHERE state = 'leased' ORDER BY deadline_ms LIMIT 1"
     ).fetchone()
-    wait_due = conn.execute(
+    return None if row is None else int(row[0])
+
+
+def wait_due_ms(conn: sqlite3.Connection) -> int | None:
+    """When the earliest waiting job's window ends (its ``wait_deadline_ms``), or None."""
+    row = conn.execute(
         f"SELECT wait_deadline_ms FROM compute_jobs WHERE {_WAITING}"
         " ORDER BY wait_deadline_ms LIMIT 1"
     ).fetchone()
-    due = [int(row[0]) for row in (lease_due, wait_due) if row is not None]
+    return None if row is None else int(row[0])
+
+
+def next_deadline_ms(conn: sqlite3.Connection) -> int | None:
+    """When the reaper should next call :func:`expire_due` / :func:`fallback_due`."""
+    due = [d for d in (lease_due_ms(conn), wait_due_ms(conn)) if d is not None]
     return min(due) if due else None

@@ -22,10 +22,15 @@ caller of a book transaction hands it the events the transaction returned, and i
      times. Either way a new step wakes two polls, not every node's;
    - the lease reaper waits on :data:`TIMERS` for the earliest deadline: woken when a new one
      may be earlier: a lease granted (``lease``) and every newly queued copy above (its step's
-     wait window). :meth:`ComputeHub.write` wakes it only when the book's next deadline
-     (:func:`~hypertrain.compute.next_deadline_ms`, read in the transaction) is earlier than
-     the wake-up the reaper planned (:attr:`ComputeHub.timers_plan_ms`): a lease whose
-     deadline lies beyond it costs no reaper pass;
+     wait window). :meth:`ComputeHub.write` wakes it only when the book's next deadline,
+     read in the transaction, is earlier than the wake-up the reaper planned
+     (:attr:`ComputeHub.timers_plan_ms`): a lease whose deadline lies beyond it costs no
+     reaper pass. Only the parts of that deadline the transaction's events may have moved
+     earlier are read (:func:`deadlines_of`): a lease, its leases' part
+     (:func:`~hypertrain.compute.lease_due_ms`); a newly leasable copy, the waiting windows'
+     part (:func:`~hypertrain.compute.wait_due_ms`). The other part can only have moved later
+     (a lease takes a copy out of the queue, ending no window sooner), so it is no earlier than
+     the plan, or the reaper was woken already by whatever made it earlier;
    - the fallback pool waits on :data:`FALLBACK`: woken when a step went to the trusted
      evaluator (``fallback``).
 
@@ -44,7 +49,7 @@ from typing import Any, Final, TypeVar, TypeVarTuple
 
 import attrs
 
-from hypertrain.compute import LeaseAsk, LeaseGrant, hand_out, next_deadline_ms
+from hypertrain.compute import LeaseAsk, LeaseGrant, hand_out, lease_due_ms, wait_due_ms
 from hypertrain.compute.model import ComputeSettings, Event, EventKind
 from hypertrain.coordinator.events import EventHub
 from hypertrain.coordinator.settings import CoordinatorSettings
@@ -58,6 +63,7 @@ __all__ = [
     "WORK",
     "ComputeHub",
     "Wake",
+    "deadlines_of",
     "new_copies",
     "waiters_of",
 ]
@@ -78,6 +84,11 @@ _Handed = tuple[list[tuple[int, LeaseGrant]], list[Event]]
 
 _NEW_COPY: Final = frozenset({WORK, TIMERS})
 _NOBODY: Final[frozenset[str]] = frozenset()
+_DUE: Final[dict[str, Callable[[sqlite3.Connection], int | None]]] = {
+    "leases": lease_due_ms,
+    "windows": wait_due_ms,
+}
+"""The parts of the book's next deadline, by name (:func:`deadlines_of`)."""
 
 
 def new_copies(kind: EventKind, payload: Mapping[str, Any]) -> int:
@@ -88,6 +99,17 @@ def new_copies(kind: EventKind, payload: Mapping[str, Any]) -> int:
     if kind == "split" or (kind == "expired" and payload["replaced"]):
         return 1
     return 0
+
+
+def deadlines_of(kind: EventKind, payload: Mapping[str, Any]) -> frozenset[str]:
+    """The parts of the book's next deadline one event may have moved earlier (module doc):
+    ``"leases"`` for a lease, ``"windows"`` for a newly leasable copy; none for the others
+    (exactly the events that concern :data:`TIMERS`)."""
+    if kind == "lease":
+        return frozenset({"leases"})
+    if new_copies(kind, payload):
+        return frozenset({"windows"})
+    return _NOBODY
 
 
 def waiters_of(kind: EventKind, payload: Mapping[str, Any]) -> frozenset[str]:
@@ -144,8 +166,8 @@ class ComputeHub:
                 asks = [p.tag for p in held if isinstance(p.tag, LeaseAsk)]
                 now_ms = int(self.wall.now() * 1000)
                 handed = hand_out(conn, asks, copies, now_ms=now_ms, settings=self.settings)
-            timers = any(TIMERS in waiters_of(k, p) for k, p in [*events, *handed[1]])
-            return result, handed, timers and self._earlier_than_planned(next_deadline_ms(conn))
+            moved = frozenset().union(*(deadlines_of(k, p) for k, p in [*events, *handed[1]]))
+            return result, handed, bool(moved) and self._earlier_than_planned(conn, moved)
 
         if self.db is None:
             raise RuntimeError("ComputeHub.write needs the book's database (from_settings)")
@@ -156,9 +178,14 @@ class ComputeHub:
             self.waiter.notify_parked(WORK, held[index], grant)
         return result
 
-    def _earlier_than_planned(self, due_ms: int | None) -> bool:
+    def _earlier_than_planned(self, conn: sqlite3.Connection, moved: frozenset[str]) -> bool:
+        """Whether a part of the book's next deadline in ``moved`` is now earlier than the
+        reaper's plan (read only when there is a plan; module doc)."""
         plan = self.timers_plan_ms
-        return plan is None or (due_ms is not None and due_ms < plan)
+        if plan is None:
+            return True
+        dues = (_DUE[part](conn) for part in sorted(moved))
+        return any(due is not None and due < plan for due in dues)
 
     def publish(self, events: Iterable[Event]) -> None:
         """Publish the book's events and wake the waiters they concern (module doc)."""

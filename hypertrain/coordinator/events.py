@@ -30,6 +30,7 @@ import attrs
 import trio
 
 __all__ = [
+    "COMPACT_JSON",
     "DEFAULT_SUBSCRIBER_CAPACITY",
     "EventHub",
     "EventHubStatistics",
@@ -39,6 +40,9 @@ __all__ = [
 
 DEFAULT_SUBSCRIBER_CAPACITY: Final = 256
 """Events buffered per subscriber before the oldest is dropped."""
+COMPACT_JSON: Final = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+"""The compact JSON of events and answers (``json.dumps`` with these options, without building
+an encoder for every call: a request publishes several events and sends one answer)."""
 
 
 @attrs.frozen
@@ -152,7 +156,7 @@ class EventHub:
         """
         if self._closed:
             return
-        text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+        text = COMPACT_JSON.encode(data)
         self._published += 1
         event = HubEvent(seq=self._published, kind=kind, json=text)
         for subscriber in self._subscribers:

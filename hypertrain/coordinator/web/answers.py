@@ -27,12 +27,12 @@ the stamp comes from the database runner.
 from __future__ import annotations
 
 import collections
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Protocol
 
 from attrs import frozen
 
+from hypertrain.coordinator.events import COMPACT_JSON
 from hypertrain.store import Stamp
 from nurseries import ASGIApp
 
@@ -73,7 +73,7 @@ def key_of(scope: Mapping[str, Any]) -> Key:
 
 def encode_json(value: Any) -> bytes:
     """``value`` as the compact JSON every JSON answer sends (``json_response``'s encoding)."""
-    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+    return COMPACT_JSON.encode(value).encode()
 
 
 @frozen
