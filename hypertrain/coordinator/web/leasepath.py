@@ -33,17 +33,18 @@ which still lists both routes: 405 for other methods) with every guarantee of a 
   the hold), the result is answered without ``next`` instead (its answer is not lost; the
   node's next plain lease gets the 503); a client that disconnects gets no answer, and its
   identical repost gets the result's first answer again and a lease;
-- held polls answer in turns: at most ``answers_at_once`` (default :data:`ANSWERS_AT_ONCE`)
-  send at a time, the others waiting for a turn (first come, first served) at most
-  :data:`ANSWER_TURN_WAIT` seconds each, then answering anyway. A burst of copies handed out
-  in one transaction wakes that many polls at once, and Trio runs woken tasks one step each in
-  turn: 10,000 answers started together all ended together at the end of the burst (p50 near
-  p99), with every one's half-built answer alive at once, which the cyclic collector walked
-  again and again (young collections took 1.4-1.7 s of CPU in a 10,000-copy burst, 0.3-0.4 s
-  in turns; ``bench/compute.py --rows burst``). The wait for a turn is bounded because an
-  answer's send cannot be cancelled (hypercorn shields it): a client that does not read and
-  has let its socket's send buffer fill keeps its turn, and ``answers_at_once`` such clients
-  delay every held answer by :data:`ANSWER_TURN_WAIT`, never more.
+- held polls (lease polls, and result posts whose ``next`` was held) answer in turns: at most
+  ``answers_at_once`` (default :data:`ANSWERS_AT_ONCE`) send at a time, the others waiting for a
+  turn (first come, first served) at most :data:`ANSWER_TURN_WAIT` seconds each, then answering
+  anyway. A burst of copies handed out in one transaction wakes that many polls at once, and
+  Trio runs woken tasks one step each in turn: 10,000 answers started together all ended
+  together at the end of the burst (p50 near p99), with every one's half-built answer alive at
+  once, which the cyclic collector walked again and again (young collections took 1.4-1.7 s of
+  CPU in a 10,000-copy burst, 0.3-0.4 s in turns; ``bench/compute.py --rows burst``). The wait
+  for a turn is bounded because an answer's send cannot be cancelled (hypercorn shields it): a
+  client that does not read and has let its socket's send buffer fill keeps its turn, and
+  ``answers_at_once`` such clients delay every held answer by :data:`ANSWER_TURN_WAIT`, never
+  more.
 """
 
 from __future__ import annotations
@@ -277,14 +278,19 @@ def serve_lease_path(
             body,
             now_ms(),
         )
+        held = False
         if leased is not None and not isinstance(answer, ErrorAnswer):
             node, req, grant = leased
             try:
                 if grant is None and req.wait_ms != 0:
+                    held = True
                     grant = await hold(exchange, node, req)  # the result is committed
                 answer = attrs.evolve(answer, next=LeaseAnswer(grant))
             except _Stopping:
                 pass  # the result's answer without ``next`` (module doc)
+        if held:  # woken with the others of a burst, as a held lease poll is: a 200
+            await answer_in_turn(exchange, unstructure(answer))
+            return
         await exchange.answer(code, unstructure(answer))
 
     async def serve(exchange: _Exchange, copy_id: str | None) -> None:
