@@ -36,6 +36,16 @@ work the ratio of these is steadier than the ratio of the rates.
   cycles/s, requests/s (answered requests over the measured seconds), requests a cycle, and
   each rate's ratio to the ``hello POST`` rate of the same run (goal: requests/s at least 0.6x),
   with the write and read transactions a request.
+- ``depth`` (issue 17 goal 1; not run by default: filling 100,000 steps takes minutes): for
+  each ``--depths`` N (default 1,000 and 100,000), the book is brought to N queued steps over
+  a history of N settled steps (leased, answered alike by two nodes and paid in process through
+  the book's own functions, ``book.settle_history``: 2N answered copies; the rows before it add
+  a few more), then checkpointed; then ``hello POST`` and ``lease -> result`` as above, in
+  alternating slices, the queue topped back up to N steps between slices. Printed per depth:
+  the book's size, the fill time, both rates and the server's CPU per request; at the end each
+  depth's cycles/s over the first depth's, raw and per ``hello POST`` of the same depth (the
+  machine's other work changes between depths; hello's rate measures it), and the ratio of
+  the server's CPU per request (goal: at least 0.8 at 100,000).
 - ``long polls``: nothing queued; N connections at once each post one lease with ``wait_ms``
   ``--hold-ms`` (default 5000 to keep the run short; 25000 is the route's maximum), the N
   polls sharing ``--poll-keys`` node keys round robin. N ramps through ``--polls`` and stops at
@@ -71,11 +81,14 @@ the run.
 
     .venv/bin/python bench/compute.py [--seconds 4] [--slices 4] [--nodes 32] [--jobs 1000]
         [--hold-ms 5000] [--polls 500,1000,2000,4000] [--poll-keys 50] [--burst 1000]
-        [--rows rates,polls,burst]
+        [--rows rates,depth,polls,burst] [--depths 1000,100000]
 
 ``--rows burst --burst 1000,10000`` runs only the burst row, at both of goal 4's levels.
 
 ``--rows rates`` runs the three rate rows alone (about 20 s).
+
+``--rows depth`` runs goal 1's row alone (1,000 then 100,000 queued and settled steps; the
+fill takes a few minutes).
 
 The default run takes about 75 s.
 
@@ -105,6 +118,7 @@ import httpx
 import trio
 from _daemon import SETUP_TIMEOUT, open_servers
 from _load import Cpus, address, load_main, pin_server, raise_fd_limit, run_load
+from book import history_nodes, settle_history
 
 from hypertrain.compute import Event, enqueue_step
 from hypertrain.coordinator.computehub import WORK
@@ -744,6 +758,76 @@ async def _rates(
     return hello, two, one
 
 
+def _book_size(conn: sqlite3.Connection) -> tuple[int, int, int]:
+    """Queued steps, settled steps and answered copies in the book."""
+    (queued,) = conn.execute("SELECT count(*) FROM compute_jobs WHERE state = 'queued'").fetchone()
+    (settled,) = conn.execute(
+        "SELECT count(*) FROM compute_jobs WHERE state = 'settled'"
+    ).fetchone()
+    (answered,) = conn.execute(
+        "SELECT count(*) FROM compute_copies WHERE state = 'answered'"
+    ).fetchone()
+    return int(queued), int(settled), int(answered)
+
+
+async def _depths(
+    args: argparse.Namespace, cpus: Cpus, handle: DaemonHandle, hello_url: str, keys: list[str]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Issue 17 goal 1 over HTTP: the ``hello POST`` and ``lease -> result`` rows at each
+    ``--depths`` N, printed; returns them. Before N's rows the book is brought to N queued steps
+    and a history of at least N settled steps (``book.settle_history``: 2N answered copies),
+    then checkpointed; between slices the queue is topped back up to N steps."""
+    db = handle.ctx.db
+    now = int(handle.ctx.wall.now() * 1000)
+    a, b = await db.write(history_nodes, now)
+    specs = [
+        {**address(hello_url), "mode": "hello", "connections": args.nodes},
+        {**address(handle.url), "mode": "cycles", "keys": keys},
+    ]
+    settled, rows = 0, []
+    for depth in args.depths:
+        started = time.perf_counter()
+        await db.write(_end_queued)  # history first: each of its steps the head of the queue
+        await settle_history(db, a, b, f"history-{depth}", max(depth - settled, 0), now)
+        settled = max(settled, depth)
+        await _fill_book(handle, depth)
+        await db.checkpoint()  # as the daemon's checkpointer does, every few seconds
+        filled = time.perf_counter() - started
+        queued, steps, copies = await db.read(_book_size)
+
+        async def top_up(depth: int = depth) -> None:
+            queued, _, _ = await db.read(_book_size)
+            if queued < depth:
+                await _fill_book(handle, depth - queued)
+
+        hello, two = await _alternate(args, cpus, specs, db, top_up)
+        print(
+            f"{'depth':6s} {queued:7,d} queued steps, {steps:7,d} settled ({copies:7,d} answered"
+            f" copies; filled in {filled:.0f} s): hello POST {hello['rate']:5.0f} req/s"
+            f" ({_cpu_us(hello):.0f} us CPU/request), lease -> result {two['rate']:4.0f}"
+            f" cycles/s ({_cpu_us(two):.0f} us CPU/request; {two['ok']} ok, {two['errors']}"
+            f" errors, {two['stuck']} stuck, {two['empty']} empty)"
+        )
+        _notes(two)
+        if two["empty"]:
+            print("    note: the queue ran dry in a slice (an empty lease waits 1 s): more slices")
+        rows.append((hello, two))
+    await db.write(_end_queued)
+    return rows
+
+
+def _depth_summary(depths: list[int], rows: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    """Each depth's lease -> result figures next to the first depth's (goal 1: at least 0.8)."""
+    (hello0, two0) = rows[0]
+    for depth, (hello, two) in zip(depths, rows, strict=True):
+        print(
+            f"lease -> result at {depth:7,d} queued steps: {two['rate']:5.0f} cycles/s;"
+            f" vs {depths[0]:,}: cycles {two['rate'] / max(two0['rate'], 1e-9):.2f}, cycles per"
+            f" hello POST {two['rate'] / hello['rate'] / (two0['rate'] / hello0['rate']):.2f},"
+            f" server CPU per request {_cpu_us(two0) / _cpu_us(two):.2f} (goal: at least 0.80)"
+        )
+
+
 def _summary(hello: dict[str, Any], two: dict[str, Any], one: dict[str, Any]) -> None:
     print(f"hello POST (bare hypercorn)     {hello['rate']:9.0f} req/s")
     print(f"lease -> result (two requests)  {two['rate']:9.0f} cycles/s")
@@ -777,6 +861,9 @@ async def serve_and_measure(cpus: Cpus, args: argparse.Namespace) -> None:
             rates = await _rates(args, cpus, handle, hello_url, keys)
         # Long polls only wait when nothing is queued: take the rest of the book out.
         await handle.ctx.db.write(_end_queued)
+        depths = None
+        if "depth" in args.rows:
+            depths = await _depths(args, cpus, handle, hello_url, keys)
         best = None
         if "polls" in args.rows:
             print(
@@ -791,6 +878,8 @@ async def serve_and_measure(cpus: Cpus, args: argparse.Namespace) -> None:
         print()
         if rates is not None:
             _summary(*rates)
+        if depths is not None:
+            _depth_summary(args.depths, depths)
         if best is not None:
             top = ">=" if best == max(args.polls) else "  "
             print(
@@ -799,8 +888,10 @@ async def serve_and_measure(cpus: Cpus, args: argparse.Namespace) -> None:
             )
 
 
-ROWS: Final = ("rates", "polls", "burst")
+ROWS: Final = ("rates", "depth", "polls", "burst")
 """The bench's rows, in the order they run (``--rows``)."""
+DEFAULT_ROWS: Final = ("rates", "polls", "burst")
+"""The rows of a run without ``--rows`` (``depth`` fills a book of 100,000 steps: minutes)."""
 
 
 def _rows(text: str) -> list[str]:
@@ -843,8 +934,9 @@ def main() -> None:
     parser.add_argument(
         "--rows",
         type=_rows,
-        default=list(ROWS),
-        help="rows to run: rates (hello POST and lease -> result), polls (the ramp), burst",
+        default=list(DEFAULT_ROWS),
+        help="rows to run: rates (hello POST and lease -> result), depth (lease -> result at"
+        " each --depths), polls (the ramp), burst; default rates,polls,burst",
     )
     parser.add_argument(
         "--profile",
@@ -857,6 +949,12 @@ def main() -> None:
         "--py-spy",
         metavar="BIN",
         help="with --profile: sample with this py-spy binary instead of cProfile",
+    )
+    parser.add_argument(
+        "--depths",
+        type=_levels,
+        default=[1000, 100_000],
+        help="depth row: queued steps (and settled steps) of the book at each level",
     )
     parser.add_argument(
         "--late-s", type=float, default=10.0, help="seconds a poll may take beyond connect + hold"

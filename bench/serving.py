@@ -115,19 +115,21 @@ async def _exchange(
             while len(buffer) < length:
                 buffer += await _receive(stream)
             buffer = buffer[length:]
+            counts["requests"] += 1
             if time.perf_counter() >= stop[1]:
                 counts["ok" if 200 <= status < 300 else "errors"] += 1
 
 
 async def _load(spec: dict[str, Any]) -> dict[str, Any]:
-    counts = {"ok": 0, "errors": 0, "stuck": 0}
-    begin = time.perf_counter()
+    counts = {"ok": 0, "errors": 0, "stuck": 0, "requests": 0}
+    begin, cpu = time.perf_counter(), time.process_time()
     stop = [begin + spec["warmup"] + spec["seconds"], begin + spec["warmup"]]
     async with trio.open_nursery() as nursery:
         for _ in range(spec["connections"]):
             nursery.start_soon(_connection, spec, counts, stop)
     elapsed = time.perf_counter() - stop[1]
-    return {**counts, "seconds": elapsed, "rate": counts["ok"] / elapsed}
+    cpu = time.process_time() - cpu
+    return {**counts, "seconds": elapsed, "rate": counts["ok"] / elapsed, "cpu": cpu}
 
 
 # -- the server process -------------------------------------------------------------------------
@@ -148,9 +150,19 @@ def get_spec(url: str, path: str, connections: int, seconds: float) -> dict[str,
 
 
 async def measure(cpus: Cpus, spec: dict[str, Any]) -> dict[str, Any]:
-    """One row: a load process (this script, ``--load``) sending ``spec``'s request."""
+    """One row: a load process (this script, ``--load``) sending ``spec``'s request. Its
+    answer: ``ok``, ``errors`` and ``stuck`` counted after the warm-up, ``rate`` (ok/s),
+    ``requests`` (answered, warm-up included), and ``cpu`` and ``server_cpu``, the load's and
+    this (server) process's CPU seconds over the whole row."""
     limit = WARMUP + spec["seconds"] + LOAD_TIMEOUT_MARGIN
-    return await run_load(cpus, __file__, spec, limit)
+    server_cpu = time.process_time()
+    answer = await run_load(cpus, __file__, spec, limit)
+    return {**answer, "server_cpu": time.process_time() - server_cpu}
+
+
+def cpu_us(result: dict[str, Any], side: str = "server_cpu") -> float:
+    """A row's CPU microseconds per answered request, the server's (or the load's: ``cpu``)."""
+    return float(1e6 * result[side] / max(result["requests"], 1))
 
 
 async def _row(
@@ -167,7 +179,8 @@ async def _row(
         spec["headers"] = {"authorization": f"Bearer {servers.admin_token}"}
     result = await measure(cpus, spec)
     print(
-        f"{scenario.name:32s} {result['rate']:9.0f} req/s"
+        f"{scenario.name:32s} {result['rate']:9.0f} req/s  server CPU {cpu_us(result):5.0f} us,"
+        f" load CPU {cpu_us(result, 'cpu'):4.0f} us a request"
         f"  ({result['ok']} ok, {result['errors']} errors, {result['stuck']} stuck)"
     )
     return float(result["rate"])

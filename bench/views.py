@@ -54,7 +54,7 @@ import httpx
 import trio
 from _daemon import COORD, MINER, SETUP_TIMEOUT, Servers, create_run, open_servers
 from _load import Cpus, pin_server
-from serving import get_spec, measure
+from serving import cpu_us, get_spec, measure
 
 from hypertrain.coordinator.flows.pages import Page
 from hypertrain.coordinator.flows.runview import run_view
@@ -250,20 +250,31 @@ async def serve_and_measure(cpus: Cpus, args: argparse.Namespace) -> None:
             ("round view, full=1", handle.url, f"{rnd}?full=1"),
             ("hello GET, again", hello_url, "/"),
         ]
-        rates: dict[str, float] = {}
+        results: dict[str, dict[str, Any]] = {}
         async with httpx.AsyncClient() as client:
             for name, url, path in rows:
                 size = len((await client.get(url + path, timeout=60)).content)
                 result = await measure(cpus, get_spec(url, path, args.connections, args.seconds))
-                rates[name] = result["rate"]
+                results[name] = result
                 print(
-                    f"{name:36s} {result['rate']:8.1f} req/s {size / 1000:9.1f} KB"
-                    f"  ({result['ok']} ok, {result['errors']} errors, {result['stuck']} stuck)"
+                    f"{name:36s} {result['rate']:8.1f} req/s {size / 1000:9.1f} KB  server CPU"
+                    f" {cpu_us(result):6.0f} us, load CPU {cpu_us(result, 'cpu'):5.0f} us a"
+                    f" request ({result['ok']} ok, {result['errors']} errors,"
+                    f" {result['stuck']} stuck)"
                 )
-        hello = (rates["hello GET"] + rates["hello GET, again"]) / 2
-        print(f"hello GET, mean of the first and last rows: {hello:.1f} req/s")
+        first, last = results["hello GET"], results["hello GET, again"]
+        hello = (first["rate"] + last["rate"]) / 2
+        hello_cpu = (cpu_us(first) + cpu_us(last)) / 2
+        print(
+            f"hello GET, mean of the first and last rows: {hello:.1f} req/s,"
+            f" server CPU {hello_cpu:.0f} us a request"
+        )
         for name, _, _ in rows[1:-1]:
-            print(f"ratio {name:36s} / hello GET: {rates[name] / hello:.2f}x")
+            row = results[name]
+            print(
+                f"ratio {name:36s} / hello GET: {row['rate'] / hello:.2f}x"
+                f" (server CPU a request, hello GET / this: {hello_cpu / cpu_us(row):.2f})"
+            )
         await _renders(handle, run_id, newest, hello)
 
 
