@@ -21,15 +21,15 @@ work the ratio of these is steadier than the ratio of the rates.
 - ``hello POST``: the floor of the stack, ``--nodes`` connections each posting a lease-sized
   JSON body and waiting for the answer before the next one (requests/s).
 - ``lease -> result``: ``--jobs`` delta-loss steps (stand-in input objects, one transaction,
-  before the row starts; queued 1 ms apart, as a steady stream would be) are in the book;
+  before the row starts; queued 1 ms apart, as a steady stream would be) are in the book, and
+  the queue is topped back up to ``--jobs`` steps between slices;
   ``--nodes`` registered nodes, one keep-alive connection each, loop ``POST
   /v1/compute/jobs/lease`` (``wait_ms`` 1000) then ``POST /v1/compute/jobs/{id}/result`` with
   the same answer for both copies of a step, so every step settles by agreement and both
   copies are paid. One cycle = one lease answered with a copy + its result answered 200
   ``counted``; each cycle is two HTTP requests. A lease answered ``{"job": null}`` means the
-  book ran dry (a note says so: raise ``--jobs``). The figure depends on the book's depth: the
-  lease transaction sorts every queued copy (``USE TEMP B-TREE FOR ORDER BY``), so a deeper
-  ``--jobs`` gives fewer cycles/s.
+  book ran dry within a slice (a note says so: raise ``--jobs``; an empty lease waits its
+  1 s). The ``depth`` row below measures how the figure depends on the book's depth.
 - ``result+next`` (issue 17 goal 3): the same, each result post carrying the node's next lease
   request (``next``: the lease body above), so that a cycle is one request: the node leases
   the plain way only when the last answer carried no copy. Printed beside the two-request row:
@@ -732,7 +732,8 @@ async def _rates(
     one_spec = {**cycles_spec, "mode": "one-request cycles", "next": True}
     one_spec["profile"] = args.profile is not None
     specs = [hello_spec, cycles_spec, one_spec]
-    hello, two, one = await _alternate(args, cpus, specs, handle.ctx.db)
+    top_up = partial(_top_up, handle, args.jobs)
+    hello, two, one = await _alternate(args, cpus, specs, handle.ctx.db, top_up)
     print(
         f"{'hello POST':22s} {hello['rate']:9.0f} req/s"
         f"  ({hello['ok']} ok, {hello['errors']} errors, {hello['stuck']} stuck;"
@@ -754,8 +755,15 @@ async def _rates(
     left = await handle.ctx.db.read(_queued)
     print(f"    {left} copies still queued")
     if two["empty"] or one["empty"] or left == 0:
-        print("    note: the book ran dry during a row; raise --jobs")
+        print("    note: the book ran dry during a slice; raise --jobs")
     return hello, two, one
+
+
+async def _top_up(handle: DaemonHandle, steps: int) -> None:
+    """Queue steps until ``steps`` are queued (between slices: the book keeps its depth)."""
+    queued, _, _ = await handle.ctx.db.read(_book_size)
+    if queued < steps:
+        await _fill_book(handle, steps - queued)
 
 
 def _book_size(conn: sqlite3.Connection) -> tuple[int, int, int]:
@@ -795,12 +803,7 @@ async def _depths(
         filled = time.perf_counter() - started
         queued, steps, copies = await db.read(_book_size)
 
-        async def top_up(depth: int = depth) -> None:
-            queued, _, _ = await db.read(_book_size)
-            if queued < depth:
-                await _fill_book(handle, depth - queued)
-
-        hello, two = await _alternate(args, cpus, specs, db, top_up)
+        hello, two = await _alternate(args, cpus, specs, db, partial(_top_up, handle, depth))
         print(
             f"{'depth':6s} {queued:7,d} queued steps, {steps:7,d} settled ({copies:7,d} answered"
             f" copies; filled in {filled:.0f} s): hello POST {hello['rate']:5.0f} req/s"

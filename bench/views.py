@@ -11,7 +11,16 @@ copies of it); every round but the two newest was drawn for audits (none selecte
 final and RELEASED (a ``finalizations`` row with one ledger entry per miner, synced to the
 ledger; ``published_state`` RELEASED); and the newest round has ``--miners`` miners, each
 committed (a sealed Commit and a K_coord Receipt) and uploaded (a sealed DeltaManifest), the
-per-miner envelopes the round view carries with ``full=1``.
+per-miner envelopes the round view carries with ``full=1``. The rows start once the newest
+round's view carries its assignment (drawn when the local chain reaches the round's
+``d_assign``, a minute or so after the run is created): the state miners poll it in while they
+commit and upload, and at 256 miners the assignment is most of the default page (about 530 of
+its 554 KB). Before this wait the rows measured the page without it (89 KB), and a run with
+longer rows measured one or the other by chance.
+
+Each row also prints the server's and the load's CPU time per request, and the writes and
+reads the database committed during the row: each write changes the database's stamp, so the
+next request of every cached view renders it again.
 
 Rows (each one request sent over and over):
 
@@ -71,6 +80,7 @@ from hypertrain.protocol.messages import Chunk, Commit, DeltaManifest, Receipt, 
 from nurseries import serve_asgi
 
 GROW_TIMEOUT = 300.0  # seconds the store may take to grow to --rounds rounds
+ASSIGN_TIMEOUT = 300.0  # seconds the newest round may take to reach its assignment
 RENDERS = 20  # renders timed per view
 
 
@@ -219,10 +229,16 @@ async def _grown(servers: Servers, args: argparse.Namespace) -> str:
     with trio.fail_after(GROW_TIMEOUT):
         await db.write(_grow(run_id, args.rounds, args.miners))
         await db.checkpoint()  # as the daemon's checkpointer would, first
+    grown = time.perf_counter() - started
+    url = f"{servers.daemon.url}/v1/runs/{run_id}/rounds/{args.rounds - 1}"
+    async with httpx.AsyncClient() as client:
+        with trio.fail_after(ASSIGN_TIMEOUT):
+            while (await client.get(url, timeout=60)).json().get("assignment") is None:  # noqa: ASYNC110
+                await trio.sleep(1.0)  # a poll of the view over HTTP, as a miner's
     print(
         f"{args.rounds:,} rounds, {args.miners} miners in round {args.rounds - 1} (store grown in"
-        f" {time.perf_counter() - started:.1f} s); {args.connections} connections,"
-        f" {args.seconds:g} s per row"
+        f" {grown:.1f} s, its assignment drawn {time.perf_counter() - started - grown:.0f} s"
+        f" later); {args.connections} connections, {args.seconds:g} s per row"
     )
     return run_id
 
@@ -254,13 +270,16 @@ async def serve_and_measure(cpus: Cpus, args: argparse.Namespace) -> None:
         async with httpx.AsyncClient() as client:
             for name, url, path in rows:
                 size = len((await client.get(url + path, timeout=60)).content)
+                before = handle.ctx.db.statistics()
                 result = await measure(cpus, get_spec(url, path, args.connections, args.seconds))
+                after = handle.ctx.db.statistics()
                 results[name] = result
                 print(
                     f"{name:36s} {result['rate']:8.1f} req/s {size / 1000:9.1f} KB  server CPU"
                     f" {cpu_us(result):6.0f} us, load CPU {cpu_us(result, 'cpu'):5.0f} us a"
                     f" request ({result['ok']} ok, {result['errors']} errors,"
-                    f" {result['stuck']} stuck)"
+                    f" {result['stuck']} stuck; {after.writes - before.writes} writes and"
+                    f" {after.reads - before.reads} reads committed meanwhile)"
                 )
         first, last = results["hello GET"], results["hello GET, again"]
         hello = (first["rate"] + last["rate"]) / 2
