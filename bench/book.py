@@ -97,30 +97,39 @@ def _settle_one(conn: sqlite3.Connection, a: Node, b: Node, now: int) -> None:
     _post(conn, b, gb, now)
 
 
-async def _fill(db: Database, size: int) -> tuple[Node, Node]:
-    def nodes(conn: sqlite3.Connection) -> tuple[Node, Node]:
-        pair = [
-            register_node(
-                conn,
-                key=None,
-                handle=name,
-                capabilities=["delta-loss"],
-                hardware="cpu-generic",
-                now_ms=T0,
-            )[0]
-            for name in ("a", "b")
-        ]
-        return pair[0], pair[1]
+def history_nodes(conn: sqlite3.Connection, now: int) -> tuple[Node, Node]:
+    """Two new nodes (fresh handles) to settle a history with."""
+    pair = [
+        register_node(
+            conn,
+            key=None,
+            handle=None,
+            capabilities=["delta-loss"],
+            hardware="cpu-generic",
+            now_ms=now,
+        )[0]
+        for _ in range(2)
+    ]
+    return pair[0], pair[1]
 
-    a, b = await db.write(nodes)
+
+async def settle_history(db: Database, a: Node, b: Node, tag: str, size: int, now: int) -> None:
+    """``size`` steps (subjects ``tag`` 0..size-1) queued, leased, answered alike by ``a`` and
+    ``b`` and paid (2 x ``size`` settled copies), :data:`CHUNK` a transaction. Nothing else may
+    be queued meanwhile: each step must be the head of the queue when it is leased."""
     for start in range(0, size, CHUNK):
 
         def history(conn: sqlite3.Connection, start: int = start) -> None:
             for i in range(start, min(start + CHUNK, size)):
-                _enqueue(conn, "settled", i, T0)
-                _settle_one(conn, a, b, T0)
+                _enqueue(conn, tag, i, now)
+                _settle_one(conn, a, b, now)
 
         await db.write(history)
+
+
+async def _fill(db: Database, size: int) -> tuple[Node, Node]:
+    a, b = await db.write(history_nodes, T0)
+    await settle_history(db, a, b, "settled", size, T0)
     for start in range(0, size, CHUNK):
 
         def queue(conn: sqlite3.Connection, start: int = start) -> None:

@@ -21,21 +21,31 @@ work the ratio of these is steadier than the ratio of the rates.
 - ``hello POST``: the floor of the stack, ``--nodes`` connections each posting a lease-sized
   JSON body and waiting for the answer before the next one (requests/s).
 - ``lease -> result``: ``--jobs`` delta-loss steps (stand-in input objects, one transaction,
-  before the row starts; queued 1 ms apart, as a steady stream would be) are in the book;
+  before the row starts; queued 1 ms apart, as a steady stream would be) are in the book, and
+  the queue is topped back up to ``--jobs`` steps between slices;
   ``--nodes`` registered nodes, one keep-alive connection each, loop ``POST
   /v1/compute/jobs/lease`` (``wait_ms`` 1000) then ``POST /v1/compute/jobs/{id}/result`` with
   the same answer for both copies of a step, so every step settles by agreement and both
   copies are paid. One cycle = one lease answered with a copy + its result answered 200
   ``counted``; each cycle is two HTTP requests. A lease answered ``{"job": null}`` means the
-  book ran dry (a note says so: raise ``--jobs``). The figure depends on the book's depth: the
-  lease transaction sorts every queued copy (``USE TEMP B-TREE FOR ORDER BY``), so a deeper
-  ``--jobs`` gives fewer cycles/s.
+  book ran dry within a slice (a note says so: raise ``--jobs``; an empty lease waits its
+  1 s). The ``depth`` row below measures how the figure depends on the book's depth.
 - ``result+next`` (issue 17 goal 3): the same, each result post carrying the node's next lease
   request (``next``: the lease body above), so that a cycle is one request: the node leases
   the plain way only when the last answer carried no copy. Printed beside the two-request row:
   cycles/s, requests/s (answered requests over the measured seconds), requests a cycle, and
   each rate's ratio to the ``hello POST`` rate of the same run (goal: requests/s at least 0.6x),
   with the write and read transactions a request.
+- ``depth`` (issue 17 goal 1; not run by default: filling 100,000 steps takes minutes): for
+  each ``--depths`` N (default 1,000 and 100,000), the book is brought to N queued steps over
+  a history of N settled steps (leased, answered alike by two nodes and paid in process through
+  the book's own functions, ``book.settle_history``: 2N answered copies; the rows before it add
+  a few more), then checkpointed; then ``hello POST`` and ``lease -> result`` as above, in
+  alternating slices, the queue topped back up to N steps between slices. Printed per depth:
+  the book's size, the fill time, both rates and the server's CPU per request; at the end each
+  depth's cycles/s over the first depth's, raw and per ``hello POST`` of the same depth (the
+  machine's other work changes between depths; hello's rate measures it), and the ratio of
+  the server's CPU per request (goal: at least 0.8 at 100,000).
 - ``long polls``: nothing queued; N connections at once each post one lease with ``wait_ms``
   ``--hold-ms`` (default 5000 to keep the run short; 25000 is the route's maximum), the N
   polls sharing ``--poll-keys`` node keys round robin. N ramps through ``--polls`` and stops at
@@ -71,11 +81,14 @@ the run.
 
     .venv/bin/python bench/compute.py [--seconds 4] [--slices 4] [--nodes 32] [--jobs 1000]
         [--hold-ms 5000] [--polls 500,1000,2000,4000] [--poll-keys 50] [--burst 1000]
-        [--rows rates,polls,burst]
+        [--rows rates,depth,polls,burst] [--depths 1000,100000]
 
 ``--rows burst --burst 1000,10000`` runs only the burst row, at both of goal 4's levels.
 
 ``--rows rates`` runs the three rate rows alone (about 20 s).
+
+``--rows depth`` runs goal 1's row alone (1,000 then 100,000 queued and settled steps; the
+fill takes a few minutes).
 
 The default run takes about 75 s.
 
@@ -91,40 +104,35 @@ import json
 import math
 import os
 import pstats
-import resource
 import secrets
 import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from functools import partial
-from pathlib import Path
 from typing import Any, Final
 
 import httpx
 import trio
-from _hello import hello_app
+from _daemon import SETUP_TIMEOUT, open_servers
+from _load import Cpus, address, load_main, pin_server, raise_fd_limit, run_load
+from book import history_nodes, settle_history
 
 from hypertrain.compute import Event, enqueue_step
 from hypertrain.coordinator.computehub import WORK
-from hypertrain.coordinator.settings import CoordinatorSettings
-from hypertrain.daemon.main import DaemonHandle, serve_daemon
-from hypertrain.daemon.settings import DaemonSettings
-from hypertrain.protocol.keys import Keypair, write_seed_file
+from hypertrain.daemon.main import DaemonHandle
 from hypertrain.scoring.registry import DELTA_LOSS
 from hypertrain.store import Database
-from nurseries import SystemClock, serve_asgi, tune_collector_for_serving
+from nurseries import tune_collector_for_serving
 
 WARMUP: Final = 0.5
-SETUP_TIMEOUT: Final = 60.0
 LOAD_TIMEOUT_MARGIN: Final = 30.0  # seconds beyond warm-up + measurement a load process may take
 STRAGGLER_TIMEOUT: Final = 5.0  # seconds an answer may take after the measurement ended
 CONNECT_TIMEOUT: Final = 20.0
 CYCLE_WAIT_MS: Final = 1000
 STEP_WAIT_MS: Final = 3_600_000  # the step window: the fallback never takes a step in a run
-OWNER: Final = Keypair.from_seed(bytes([7]) * 32)
 LEASE_BODY: Final = {"capabilities": ["delta-loss"], "hardware": "cpu"}
 ANSWER: Final = {"loss": "40a00000", "fingerprint": "ab" * 32, "wallMs": 12}
 
@@ -383,57 +391,7 @@ async def _load(spec: dict[str, Any]) -> dict[str, Any]:
     return await _polls(spec)
 
 
-def _raise_fd_limit() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-_OTHER_CPUS: list[set[int]] = []
-"""The CPUs the server process was allowed before it pinned itself to one: the load and the
-profiler run there (a child inherits its parent's affinity: asked for in the child itself, the
-one CPU would be the server's)."""
-
-
-def _pin_server() -> None:
-    """Pin this process (the server) to its lowest CPU, the others kept for the load."""
-    cpus = os.sched_getaffinity(0)
-    if len(cpus) > 1:
-        os.sched_setaffinity(0, {min(cpus)})
-        _OTHER_CPUS.append(cpus - {min(cpus)})
-
-
-def _off_server_cpu() -> None:
-    """Pin this (child) process to the CPUs the server is not pinned to, if any."""
-    if _OTHER_CPUS:
-        os.sched_setaffinity(0, _OTHER_CPUS[0])
-
-
-def load_main() -> None:
-    """``--load``: read a spec (JSON) from stdin, print the result (JSON) on stdout."""
-    _raise_fd_limit()
-    print(json.dumps(trio.run(_load, json.load(sys.stdin))))
-
-
 # -- the server process -------------------------------------------------------------------------
-
-
-def _daemon_settings(state: Path) -> DaemonSettings:
-    secret_dir = state / "secrets"
-    secret_dir.mkdir(mode=0o700)
-    for name in ("admin", "internal"):
-        (secret_dir / name).write_text(secrets.token_hex(32))
-        (secret_dir / name).chmod(0o600)
-    write_seed_file(secret_dir / "coord.key", bytes(range(32)))
-    coordinator = CoordinatorSettings(
-        state_dir=state / "data",
-        admin_token_file=secret_dir / "admin",
-        internal_token_file=secret_dir / "internal",
-        coord_key_file=secret_dir / "coord.key",
-        owner_hotkey=OWNER.ss58,
-        compute_wait_ms=STEP_WAIT_MS,
-    )
-    return DaemonSettings(coordinator=coordinator, port=0, beacon="local", grace=2.0)
 
 
 async def _register(client: httpx.AsyncClient, count: int) -> list[str]:
@@ -486,23 +444,6 @@ def _end_queued(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE compute_jobs SET state = 'unscored' WHERE state = 'queued'")
 
 
-async def _measure(spec: dict[str, Any], limit: float) -> dict[str, Any]:
-    with trio.fail_after(limit):
-        result = await trio.run_process(
-            [sys.executable, __file__, "--load"],
-            stdin=json.dumps(spec).encode(),
-            capture_stdout=True,
-            preexec_fn=_off_server_cpu,
-        )
-    answer: dict[str, Any] = json.loads(result.stdout)
-    return answer
-
-
-def _address(url: str) -> dict[str, Any]:
-    host, port = url.removeprefix("http://").rsplit(":", 1)
-    return {"host": host, "port": int(port)}
-
-
 def _notes(result: dict[str, Any]) -> None:
     for what, count in sorted(result.get("notes", {}).items()):
         print(f"    note: {count} x {what}")
@@ -522,12 +463,22 @@ def _merge(results: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
+async def _measure(cpus: Cpus, spec: dict[str, Any], limit: float) -> dict[str, Any]:
+    """A load process (this script, ``--load``) on the load's CPUs running ``spec``."""
+    return await run_load(cpus, __file__, spec, limit)
+
+
 async def _alternate(
-    args: argparse.Namespace, specs: list[dict[str, Any]], db: Database
+    args: argparse.Namespace,
+    cpus: Cpus,
+    specs: list[dict[str, Any]],
+    db: Database,
+    between: Callable[[], Awaitable[None]] | None = None,
 ) -> list[dict[str, Any]]:
     """The rows of ``specs`` measured in ``--slices`` alternating slices of ``--seconds`` in
     all each, so that a change in the machine's load hits every row alike; each slice also
-    records the server's CPU time and the database's write and read transactions."""
+    records the server's CPU time and the database's write and read transactions. ``between``
+    (if any) runs after each slice, outside the measured time."""
     seconds = args.seconds / args.slices
     timed = {"warmup": WARMUP, "seconds": seconds}
     limit = WARMUP + seconds + LOAD_TIMEOUT_MARGIN
@@ -540,7 +491,7 @@ async def _alternate(
             if profiler is not None:
                 profiles.append(profiler)
                 profiler.enable()
-            result = await _measure({**spec, **timed}, limit)
+            result = await _measure(cpus, {**spec, **timed}, limit)
             if profiler is not None:
                 profiler.disable()
             after = db.statistics()
@@ -552,6 +503,8 @@ async def _alternate(
                     "reads": after.reads - before.reads,
                 }
             )
+        if between is not None:
+            await between()
     if profiles:
         pstats.Stats(*profiles).dump_stats(f"{args.profile}-result+next.prof")
     return [_merge(done) for done in slices]
@@ -564,15 +517,15 @@ def _req_rate(row: dict[str, Any]) -> float:
 
 def _cpu_us(row: dict[str, Any]) -> float:
     """The server's CPU time per request of a row, in microseconds (warm-up included)."""
-    return 1e6 * row["cpu"] / max(row["requests"], 1)
+    return float(1e6 * row["cpu"] / max(row["requests"], 1))
 
 
-async def _ramp(args: argparse.Namespace, url: str, keys: list[str]) -> int:
+async def _ramp(args: argparse.Namespace, cpus: Cpus, url: str, keys: list[str]) -> int:
     """The long-poll ramp; returns the largest level that passed (0: none)."""
     best = 0
     for count in args.polls:
         spec = {
-            **_address(url),
+            **address(url),
             "mode": "polls",
             "count": count,
             "wait_ms": args.hold_ms,
@@ -581,7 +534,7 @@ async def _ramp(args: argparse.Namespace, url: str, keys: list[str]) -> int:
         }
         limit = CONNECT_TIMEOUT + args.hold_ms / 1000 + args.late_s + LOAD_TIMEOUT_MARGIN
         begin = time.perf_counter()
-        r = await _measure(spec, limit)
+        r = await _measure(cpus, spec, limit)
         passed = r["null"] == count and r["early"] == 0 and r["at_once"] == count
         errors = ", ".join(f"{n} x {what}" for what, n in sorted(r["errors"].items())) or "none"
         print(
@@ -647,9 +600,10 @@ class _Profile:
     py-spy samples (``PREFIX-<phase>.txt``, collapsed stacks, idle excluded), else cProfile of
     the Trio thread on its CPU clock (``PREFIX-<phase>.prof``); without a prefix, nothing."""
 
-    def __init__(self, prefix: str | None, py_spy: str | None) -> None:
+    def __init__(self, prefix: str | None, py_spy: str | None, cpus: Cpus) -> None:
         self.prefix = prefix
         self.py_spy = py_spy
+        self.cpus = cpus
         self.current: cProfile.Profile | subprocess.Popen[bytes] | None = None
         self.name = ""
 
@@ -674,19 +628,21 @@ class _Profile:
         self.current = subprocess.Popen(
             [*command, "--format", "raw", "--output", out],
             stdout=subprocess.DEVNULL,
-            preexec_fn=_off_server_cpu,  # not on the server's CPU
+            preexec_fn=self.cpus.off_server,  # not on the server's CPU
         )
         time.sleep(PY_SPY_ATTACH_S)
 
 
-async def _burst(args: argparse.Namespace, handle: DaemonHandle, keys: list[str]) -> None:
+async def _burst(
+    args: argparse.Namespace, cpus: Cpus, handle: DaemonHandle, keys: list[str]
+) -> None:
     """Issue 17 goal 4: N polls held (``wait_ms`` :data:`BURST_HOLD_MS`), then N copies (N/2
     steps) queued in one transaction; from that instant to each poll's answer with a copy.
     perf_counter is CLOCK_MONOTONIC here: one clock for both processes."""
-    profile = _Profile(args.profile, args.py_spy)
+    profile = _Profile(args.profile, args.py_spy, cpus)
     for count in args.burst:
         spec = {
-            **_address(handle.url),
+            **address(handle.url),
             "mode": "polls",
             "count": count,
             "wait_ms": BURST_HOLD_MS,
@@ -732,7 +688,7 @@ async def _burst(args: argparse.Namespace, handle: DaemonHandle, keys: list[str]
         with _CollectorTime() as collector:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(enqueue_later)
-                r = await _measure(spec, limit)
+                r = await _measure(cpus, spec, limit)
                 profile.phase(None)
                 nursery.cancel_scope.cancel()
         waits = [t - enqueued[0] for t in r["job_answered"]]
@@ -768,14 +724,16 @@ async def _burst(args: argparse.Namespace, handle: DaemonHandle, keys: list[str]
 
 
 async def _rates(
-    args: argparse.Namespace, handle: DaemonHandle, hello_url: str, keys: list[str]
+    args: argparse.Namespace, cpus: Cpus, handle: DaemonHandle, hello_url: str, keys: list[str]
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The ``hello POST``, ``lease -> result`` and ``result+next`` rows, printed; returns them."""
-    hello_spec = {**_address(hello_url), "mode": "hello", "connections": args.nodes}
-    cycles_spec = {**_address(handle.url), "mode": "cycles", "keys": keys}
+    hello_spec = {**address(hello_url), "mode": "hello", "connections": args.nodes}
+    cycles_spec = {**address(handle.url), "mode": "cycles", "keys": keys}
     one_spec = {**cycles_spec, "mode": "one-request cycles", "next": True}
     one_spec["profile"] = args.profile is not None
-    hello, two, one = await _alternate(args, [hello_spec, cycles_spec, one_spec], handle.ctx.db)
+    specs = [hello_spec, cycles_spec, one_spec]
+    top_up = partial(_top_up, handle, args.jobs)
+    hello, two, one = await _alternate(args, cpus, specs, handle.ctx.db, top_up)
     print(
         f"{'hello POST':22s} {hello['rate']:9.0f} req/s"
         f"  ({hello['ok']} ok, {hello['errors']} errors, {hello['stuck']} stuck;"
@@ -797,8 +755,80 @@ async def _rates(
     left = await handle.ctx.db.read(_queued)
     print(f"    {left} copies still queued")
     if two["empty"] or one["empty"] or left == 0:
-        print("    note: the book ran dry during a row; raise --jobs")
+        print("    note: the book ran dry during a slice; raise --jobs")
     return hello, two, one
+
+
+async def _top_up(handle: DaemonHandle, steps: int) -> None:
+    """Queue steps until ``steps`` are queued (between slices: the book keeps its depth)."""
+    queued, _, _ = await handle.ctx.db.read(_book_size)
+    if queued < steps:
+        await _fill_book(handle, steps - queued)
+
+
+def _book_size(conn: sqlite3.Connection) -> tuple[int, int, int]:
+    """Queued steps, settled steps and answered copies in the book."""
+    (queued,) = conn.execute("SELECT count(*) FROM compute_jobs WHERE state = 'queued'").fetchone()
+    (settled,) = conn.execute(
+        "SELECT count(*) FROM compute_jobs WHERE state = 'settled'"
+    ).fetchone()
+    (answered,) = conn.execute(
+        "SELECT count(*) FROM compute_copies WHERE state = 'answered'"
+    ).fetchone()
+    return int(queued), int(settled), int(answered)
+
+
+async def _depths(
+    args: argparse.Namespace, cpus: Cpus, handle: DaemonHandle, hello_url: str, keys: list[str]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Issue 17 goal 1 over HTTP: the ``hello POST`` and ``lease -> result`` rows at each
+    ``--depths`` N, printed; returns them. Before N's rows the book is brought to N queued steps
+    and a history of at least N settled steps (``book.settle_history``: 2N answered copies),
+    then checkpointed; between slices the queue is topped back up to N steps."""
+    db = handle.ctx.db
+    now = int(handle.ctx.wall.now() * 1000)
+    a, b = await db.write(history_nodes, now)
+    specs = [
+        {**address(hello_url), "mode": "hello", "connections": args.nodes},
+        {**address(handle.url), "mode": "cycles", "keys": keys},
+    ]
+    settled, rows = 0, []
+    for depth in args.depths:
+        started = time.perf_counter()
+        await db.write(_end_queued)  # history first: each of its steps the head of the queue
+        await settle_history(db, a, b, f"history-{depth}", max(depth - settled, 0), now)
+        settled = max(settled, depth)
+        await _fill_book(handle, depth)
+        await db.checkpoint()  # as the daemon's checkpointer does, every few seconds
+        filled = time.perf_counter() - started
+        queued, steps, copies = await db.read(_book_size)
+
+        hello, two = await _alternate(args, cpus, specs, db, partial(_top_up, handle, depth))
+        print(
+            f"{'depth':6s} {queued:7,d} queued steps, {steps:7,d} settled ({copies:7,d} answered"
+            f" copies; filled in {filled:.0f} s): hello POST {hello['rate']:5.0f} req/s"
+            f" ({_cpu_us(hello):.0f} us CPU/request), lease -> result {two['rate']:4.0f}"
+            f" cycles/s ({_cpu_us(two):.0f} us CPU/request; {two['ok']} ok, {two['errors']}"
+            f" errors, {two['stuck']} stuck, {two['empty']} empty)"
+        )
+        _notes(two)
+        if two["empty"]:
+            print("    note: the queue ran dry in a slice (an empty lease waits 1 s): more slices")
+        rows.append((hello, two))
+    await db.write(_end_queued)
+    return rows
+
+
+def _depth_summary(depths: list[int], rows: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    """Each depth's lease -> result figures next to the first depth's (goal 1: at least 0.8)."""
+    (hello0, two0) = rows[0]
+    for depth, (hello, two) in zip(depths, rows, strict=True):
+        print(
+            f"lease -> result at {depth:7,d} queued steps: {two['rate']:5.0f} cycles/s;"
+            f" vs {depths[0]:,}: cycles {two['rate'] / max(two0['rate'], 1e-9):.2f}, cycles per"
+            f" hello POST {two['rate'] / hello['rate'] / (two0['rate'] / hello0['rate']):.2f},"
+            f" server CPU per request {_cpu_us(two0) / _cpu_us(two):.2f} (goal: at least 0.80)"
+        )
 
 
 def _summary(hello: dict[str, Any], two: dict[str, Any], one: dict[str, Any]) -> None:
@@ -816,57 +846,55 @@ def _summary(hello: dict[str, Any], two: dict[str, Any], one: dict[str, Any]) ->
             )
 
 
-async def serve_and_measure(args: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory(prefix="ht-bench-compute-") as tmp:
-        settings = _daemon_settings(Path(tmp))
-        async with trio.open_nursery() as nursery:
-            with trio.fail_after(SETUP_TIMEOUT):
-                handle: DaemonHandle = await nursery.start(
-                    partial(serve_daemon, settings, wall=SystemClock())
-                )
-                hello_url: str = await nursery.start(partial(serve_asgi, hello_app, "127.0.0.1", 0))
-                async with httpx.AsyncClient(base_url=handle.url, timeout=10) as client:
-                    keys = await _register(client, args.nodes)
-                    poll_keys = await _register(client, args.poll_keys)
-                await _fill_book(handle, args.jobs)
-            tune_collector_for_serving()  # as hypertrain-daemon does once it is up
+async def serve_and_measure(cpus: Cpus, args: argparse.Namespace) -> None:
+    async with open_servers("ht-bench-compute-", compute_wait_ms=STEP_WAIT_MS) as servers:
+        handle, hello_url = servers.daemon, servers.hello_url
+        with trio.fail_after(SETUP_TIMEOUT):
+            async with httpx.AsyncClient(base_url=handle.url, timeout=10) as client:
+                keys = await _register(client, args.nodes)
+                poll_keys = await _register(client, args.poll_keys)
+            await _fill_book(handle, args.jobs)
+        tune_collector_for_serving()  # as hypertrain-daemon does once it is up
+        print(
+            f"{cpus.describe()}; {args.nodes} nodes, {args.seconds:g} s per row,"
+            f" {args.jobs} steps in the book; rows: {','.join(args.rows)}"
+        )
+        rates = None
+        if "rates" in args.rows:
+            rates = await _rates(args, cpus, handle, hello_url, keys)
+        # Long polls only wait when nothing is queued: take the rest of the book out.
+        await handle.ctx.db.write(_end_queued)
+        depths = None
+        if "depth" in args.rows:
+            depths = await _depths(args, cpus, handle, hello_url, keys)
+        best = None
+        if "polls" in args.rows:
             print(
-                f"server on CPUs {sorted(os.sched_getaffinity(0))}, load on CPUs"
-                f" {sorted(_OTHER_CPUS[0]) if _OTHER_CPUS else 'the same'}; {args.nodes} nodes,"
-                f" {args.seconds:g} s per row, {args.jobs} steps in the book;"
-                f" rows: {','.join(args.rows)}"
+                f"long polls: wait_ms {args.hold_ms}, nothing queued, {args.poll_keys} node"
+                f" keys shared round robin; a level passes when every poll is answered"
+                f" {{'job': null}}, none before its hold, and all were surely held at one"
+                f" instant"
             )
-            rates = None
-            if "rates" in args.rows:
-                rates = await _rates(args, handle, hello_url, keys)
-            # Long polls only wait when nothing is queued: take the rest of the book out.
-            await handle.ctx.db.write(_end_queued)
-            best = None
-            if "polls" in args.rows:
-                print(
-                    f"long polls: wait_ms {args.hold_ms}, nothing queued, {args.poll_keys} node"
-                    f" keys shared round robin; a level passes when every poll is answered"
-                    f" {{'job': null}}, none before its hold, and all were surely held at one"
-                    f" instant"
-                )
-                best = await _ramp(args, handle.url, poll_keys)
-            if "burst" in args.rows and args.burst:
-                await _burst(args, handle, poll_keys)
-            print()
-            if rates is not None:
-                _summary(*rates)
-            if best is not None:
-                top = ">=" if best == max(args.polls) else "  "
-                print(
-                    f"concurrent long polls held    {top}{best:9d} (wait_ms {args.hold_ms};"
-                    f" levels {','.join(map(str, args.polls))})"
-                )
-            handle.request_shutdown()
-            nursery.cancel_scope.cancel()
+            best = await _ramp(args, cpus, handle.url, poll_keys)
+        if "burst" in args.rows and args.burst:
+            await _burst(args, cpus, handle, poll_keys)
+        print()
+        if rates is not None:
+            _summary(*rates)
+        if depths is not None:
+            _depth_summary(args.depths, depths)
+        if best is not None:
+            top = ">=" if best == max(args.polls) else "  "
+            print(
+                f"concurrent long polls held    {top}{best:9d} (wait_ms {args.hold_ms};"
+                f" levels {','.join(map(str, args.polls))})"
+            )
 
 
-ROWS: Final = ("rates", "polls", "burst")
+ROWS: Final = ("rates", "depth", "polls", "burst")
 """The bench's rows, in the order they run (``--rows``)."""
+DEFAULT_ROWS: Final = ("rates", "polls", "burst")
+"""The rows of a run without ``--rows`` (``depth`` fills a book of 100,000 steps: minutes)."""
 
 
 def _rows(text: str) -> list[str]:
@@ -886,7 +914,7 @@ def _levels(text: str) -> list[int]:
 
 def main() -> None:
     if "--load" in sys.argv[1:]:
-        load_main()
+        load_main(_load)
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=4.0, help="measured time per row")
@@ -909,8 +937,9 @@ def main() -> None:
     parser.add_argument(
         "--rows",
         type=_rows,
-        default=list(ROWS),
-        help="rows to run: rates (hello POST and lease -> result), polls (the ramp), burst",
+        default=list(DEFAULT_ROWS),
+        help="rows to run: rates (hello POST and lease -> result), depth (lease -> result at"
+        " each --depths), polls (the ramp), burst; default rates,polls,burst",
     )
     parser.add_argument(
         "--profile",
@@ -925,12 +954,18 @@ def main() -> None:
         help="with --profile: sample with this py-spy binary instead of cProfile",
     )
     parser.add_argument(
+        "--depths",
+        type=_levels,
+        default=[1000, 100_000],
+        help="depth row: queued steps (and settled steps) of the book at each level",
+    )
+    parser.add_argument(
         "--late-s", type=float, default=10.0, help="seconds a poll may take beyond connect + hold"
     )
     args = parser.parse_args()
-    _pin_server()
-    _raise_fd_limit()
-    trio.run(serve_and_measure, args)
+    cpus = pin_server()
+    raise_fd_limit()
+    trio.run(serve_and_measure, cpus, args)
 
 
 if __name__ == "__main__":

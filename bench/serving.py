@@ -1,11 +1,13 @@
 """HTTP throughput of the daemon's app next to a bare hypercorn-trio "hello" app, in one run.
 
-The server side is one process (this one, pinned to CPU 0 where the machine has more than one):
-the real daemon (``serve_daemon``: the coordinator app on ``serve_asgi``, with its local-chain
-beacon pusher) and a raw ASGI app answering ``{"hello": "world"}`` on ``serve_asgi`` too (same
-hypercorn trio worker, same backlog 2048). Load comes from a separate process (this script with
-``--load``, pinned to the other CPUs): a raw-socket HTTP/1.1 keep-alive client with
-``--connections`` connections, each sending its next request when the last answer arrived.
+The server side is one process (this one, pinned to its lowest CPU where the machine has more
+than one; ``_load.pin_server``): the real daemon (``serve_daemon``: the coordinator app on
+``serve_asgi``, with its local-chain beacon pusher) and a raw ASGI app answering
+``{"hello": "world"}`` on ``serve_asgi`` too (same hypercorn trio worker, same backlog; both
+``_daemon.open_servers``). Load comes from a separate process (this script with ``--load``, on
+the other CPUs; ``_load.run_load``, which checks where it ran): a raw-socket HTTP/1.1
+keep-alive client with ``--connections`` connections, each sending its next request when the
+last answer arrived. The first line says which CPUs each side got.
 Every scenario runs a short warm-up, then ``--seconds`` seconds; non-2xx answers are counted as
 errors. The whole run stays well under 60 s with the defaults.
 
@@ -24,36 +26,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import secrets
 import sys
-import tempfile
 import time
-from functools import partial
-from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import httpx
 import trio
-from _hello import hello_app
+from _daemon import Servers, create_run, open_servers
+from _load import Cpus, address, load_main, pin_server, run_load
 
-from hypertrain.beacon import ChainInfo
-from hypertrain.coordinator.settings import CoordinatorSettings
-from hypertrain.daemon.main import DaemonHandle, serve_daemon
-from hypertrain.daemon.settings import DaemonSettings
-from hypertrain.protocol.envelope import seal
-from hypertrain.protocol.example import example_manifest
-from hypertrain.protocol.keys import Keypair, write_seed_file
-from hypertrain.protocol.manifest import Beacon
-from nurseries import SystemClock, serve_asgi
-
-WARMUP = 0.5
-LOAD_TIMEOUT_MARGIN = 20.0  # seconds beyond warm-up + measurement a load process may take
-SETUP_TIMEOUT = 20.0
-STRAGGLER_TIMEOUT = 5.0  # seconds an answer may take after the measurement ended
-OWNER = Keypair.from_seed(bytes([7]) * 32)
-MINER = Keypair.from_seed(bytes([0x41]) * 32)
+WARMUP: Final = 0.5
+LOAD_TIMEOUT_MARGIN: Final = 20.0  # seconds beyond warm-up + measurement a load may take
+STRAGGLER_TIMEOUT: Final = 5.0  # seconds an answer may take after the measurement ended
 
 
 @attrs.frozen
@@ -87,7 +72,7 @@ RATIOS = (
 
 
 def _request_bytes(spec: dict[str, Any]) -> bytes:
-    body = spec["body"].encode()
+    body: bytes = spec["body"].encode()
     lines = [f"{spec['method']} {spec['path']} HTTP/1.1", f"host: {spec['host']}"]
     lines += [f"{k}: {v}" for k, v in spec["headers"].items()]
     if spec["method"] != "GET":
@@ -130,147 +115,104 @@ async def _exchange(
             while len(buffer) < length:
                 buffer += await _receive(stream)
             buffer = buffer[length:]
+            counts["requests"] += 1
             if time.perf_counter() >= stop[1]:
                 counts["ok" if 200 <= status < 300 else "errors"] += 1
 
 
 async def _load(spec: dict[str, Any]) -> dict[str, Any]:
-    counts = {"ok": 0, "errors": 0, "stuck": 0}
-    begin = time.perf_counter()
+    counts = {"ok": 0, "errors": 0, "stuck": 0, "requests": 0}
+    begin, cpu = time.perf_counter(), time.process_time()
     stop = [begin + spec["warmup"] + spec["seconds"], begin + spec["warmup"]]
     async with trio.open_nursery() as nursery:
         for _ in range(spec["connections"]):
             nursery.start_soon(_connection, spec, counts, stop)
     elapsed = time.perf_counter() - stop[1]
-    return {**counts, "seconds": elapsed, "rate": counts["ok"] / elapsed}
-
-
-def load_main() -> None:
-    """``--load``: read a spec (JSON) from stdin, print the result (JSON) on stdout."""
-    cpus = os.sched_getaffinity(0)
-    if len(cpus) > 1:
-        os.sched_setaffinity(0, cpus - {min(cpus)})
-    print(json.dumps(trio.run(_load, json.load(sys.stdin))))
+    cpu = time.process_time() - cpu
+    return {**counts, "seconds": elapsed, "rate": counts["ok"] / elapsed, "cpu": cpu}
 
 
 # -- the server process -------------------------------------------------------------------------
 
 
-def _daemon_settings(state: Path) -> tuple[DaemonSettings, str]:
-    secret_dir = state / "secrets"
-    secret_dir.mkdir(mode=0o700)
-    token = secrets.token_hex(32)
-    (secret_dir / "admin").write_text(token)
-    (secret_dir / "internal").write_text(secrets.token_hex(32))
-    for name in ("admin", "internal"):
-        (secret_dir / name).chmod(0o600)
-    write_seed_file(secret_dir / "coord.key", bytes(range(32)))
-    coordinator = CoordinatorSettings(
-        state_dir=state / "data",
-        admin_token_file=secret_dir / "admin",
-        internal_token_file=secret_dir / "internal",
-        coord_key_file=secret_dir / "coord.key",
-        owner_hotkey=OWNER.ss58,
+def get_spec(url: str, path: str, connections: int, seconds: float) -> dict[str, Any]:
+    """The load spec of a row sending ``GET path`` to the server at ``url``."""
+    return {
+        **address(url),
+        "method": "GET",
+        "path": path,
+        "body": "",
+        "headers": {},
+        "connections": connections,
+        "seconds": seconds,
+        "warmup": WARMUP,
+    }
+
+
+async def measure(cpus: Cpus, spec: dict[str, Any]) -> dict[str, Any]:
+    """One row: a load process (this script, ``--load``) sending ``spec``'s request. Its
+    answer: ``ok``, ``errors`` and ``stuck`` counted after the warm-up, ``rate`` (ok/s),
+    ``requests`` (answered, warm-up included), and ``cpu`` and ``server_cpu``, the load's and
+    this (server) process's CPU seconds over the whole row."""
+    limit = WARMUP + spec["seconds"] + LOAD_TIMEOUT_MARGIN
+    server_cpu = time.process_time()
+    answer = await run_load(cpus, __file__, spec, limit)
+    return {**answer, "server_cpu": time.process_time() - server_cpu}
+
+
+def cpu_us(result: dict[str, Any], side: str = "server_cpu") -> float:
+    """A row's CPU microseconds per answered request, the server's (or the load's: ``cpu``)."""
+    return float(1e6 * result[side] / max(result["requests"], 1))
+
+
+async def _row(
+    cpus: Cpus, servers: Servers, scenario: Scenario, fill: dict[str, str], args: argparse.Namespace
+) -> float:
+    """One scenario measured and printed; its rate."""
+    url = servers.daemon.url if scenario.server == "daemon" else servers.hello_url
+    path, body = scenario.path, scenario.body.decode()
+    for key, value in fill.items():
+        path, body = path.replace(key, value), body.replace(key, value)
+    spec = {**get_spec(url, path, args.connections, args.seconds), "body": body}
+    spec["method"] = scenario.method
+    if scenario.admin:
+        spec["headers"] = {"authorization": f"Bearer {servers.admin_token}"}
+    result = await measure(cpus, spec)
+    print(
+        f"{scenario.name:32s} {result['rate']:9.0f} req/s  server CPU {cpu_us(result):5.0f} us,"
+        f" load CPU {cpu_us(result, 'cpu'):4.0f} us a request"
+        f"  ({result['ok']} ok, {result['errors']} errors, {result['stuck']} stuck)"
     )
-    settings = DaemonSettings(coordinator=coordinator, port=0, beacon="local", grace=2.0)
-    return settings, token
+    return float(result["rate"])
 
 
-async def _create_run(client: httpx.AsyncClient, token: str) -> str | None:
-    """A created, configured, unpaused run with one miner; None (with a note) on failure."""
-    auth = {"Authorization": f"Bearer {token}"}
-    info = ChainInfo.from_json((await client.get("/v1/beacon/info")).json())
-    beacon = Beacon(
-        chain_hash=info.hash, period=info.period_ms // 1000, genesis_time=info.genesis_ms // 1000
-    )
-    coord = Keypair.from_seed(bytes(range(32))).ss58
-    manifest = example_manifest(coord_pubkey=coord, beacon=beacon)
-    run_id = manifest.run_id()
-    steps: list[tuple[str, str, object]] = [
-        ("POST", "/v1/admin/runs", seal(OWNER, "RunManifest", run_id, manifest, 2**40).to_json()),
-        ("PUT", f"/v1/admin/runs/{run_id}/config", {"train_rounds": 10, "final_after_upload": 5}),
-        ("PUT", f"/v1/admin/runs/{run_id}/roster/{MINER.ss58}", {}),
-        ("PUT", f"/v1/admin/runs/{run_id}/paused", {"paused": False}),
-    ]
-    for method, path, body in steps:
-        response = await client.request(method, path, json=body, headers=auth)
-        if response.status_code >= 300:
-            print(f"note: {method} {path} -> {response.status_code} {response.text[:120]}")
-            return None
-    return run_id
-
-
-async def _measure(spec: dict[str, Any], seconds: float) -> dict[str, Any]:
-    with trio.fail_after(WARMUP + seconds + LOAD_TIMEOUT_MARGIN):
-        result = await trio.run_process(
-            [sys.executable, __file__, "--load"],
-            stdin=json.dumps(spec).encode(),
-            capture_stdout=True,
-        )
-    answer: dict[str, Any] = json.loads(result.stdout)
-    return answer
-
-
-async def serve_and_measure(seconds: float, connections: int) -> None:
-    with tempfile.TemporaryDirectory(prefix="ht-bench-http-") as tmp:
-        settings, token = _daemon_settings(Path(tmp))
-        async with trio.open_nursery() as nursery:
-            with trio.fail_after(SETUP_TIMEOUT):
-                handle: DaemonHandle = await nursery.start(
-                    partial(serve_daemon, settings, wall=SystemClock())
-                )
-                hello_url: str = await nursery.start(partial(serve_asgi, hello_app, "127.0.0.1", 0))
-                async with httpx.AsyncClient(base_url=handle.url) as client:
-                    latest = (await client.get("/v1/beacon/latest")).json()
-                    run_id = await _create_run(client, token)
-            urls = {"daemon": handle.url, "hello": hello_url}
-            fill = {"{run}": run_id or "", "{round_json}": json.dumps(latest)}
-            rates: dict[str, float] = {}
-            print(f"{connections} connections, {seconds:g} s per row, server pinned to CPU 0")
-            for scenario in SCENARIOS:
-                if "{run}" in scenario.path and run_id is None:
-                    print(f"{scenario.name:32s}  skipped (no run)")
-                    continue
-                host, port = urls[scenario.server].removeprefix("http://").rsplit(":", 1)
-                path, body = scenario.path, scenario.body.decode()
-                for key, value in fill.items():
-                    path, body = path.replace(key, value), body.replace(key, value)
-                spec = {
-                    "host": host,
-                    "port": int(port),
-                    "method": scenario.method,
-                    "path": path,
-                    "body": body,
-                    "headers": {"authorization": f"Bearer {token}"} if scenario.admin else {},
-                    "connections": connections,
-                    "seconds": seconds,
-                    "warmup": WARMUP,
-                }
-                result = await _measure(spec, seconds)
-                rates[scenario.name] = result["rate"]
-                print(
-                    f"{scenario.name:32s} {result['rate']:9.0f} req/s"
-                    f"  ({result['ok']} ok, {result['errors']} errors, {result['stuck']} stuck)"
-                )
-            for top, bottom in RATIOS:
-                if top in rates and bottom in rates:
-                    print(f"ratio {top} / {bottom}: {rates[top] / rates[bottom]:.2f}x")
-            handle.request_shutdown()
-            nursery.cancel_scope.cancel()
+async def serve_and_measure(cpus: Cpus, args: argparse.Namespace) -> None:
+    async with open_servers("ht-bench-http-") as servers:
+        async with httpx.AsyncClient(base_url=servers.daemon.url) as client:
+            latest = (await client.get("/v1/beacon/latest")).json()
+        run_id = await create_run(servers)
+        fill = {"{run}": run_id or "", "{round_json}": json.dumps(latest)}
+        rates: dict[str, float] = {}
+        print(f"{args.connections} connections, {args.seconds:g} s per row; {cpus.describe()}")
+        for scenario in SCENARIOS:
+            if "{run}" in scenario.path and run_id is None:
+                print(f"{scenario.name:32s}  skipped (no run)")
+                continue
+            rates[scenario.name] = await _row(cpus, servers, scenario, fill, args)
+        for top, bottom in RATIOS:
+            if top in rates and bottom in rates:
+                print(f"ratio {top} / {bottom}: {rates[top] / rates[bottom]:.2f}x")
 
 
 def main() -> None:
     if "--load" in sys.argv[1:]:
-        load_main()
+        load_main(_load)
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=4.0, help="measured time per row")
     parser.add_argument("--connections", type=int, default=64, help="concurrent connections")
     args = parser.parse_args()
-    cpus = os.sched_getaffinity(0)
-    if len(cpus) > 1:
-        os.sched_setaffinity(0, {min(cpus)})
-    trio.run(serve_and_measure, args.seconds, args.connections)
+    trio.run(serve_and_measure, pin_server(), args)
 
 
 if __name__ == "__main__":

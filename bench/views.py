@@ -2,15 +2,25 @@
 rate, in one run (issue 17 goal 6: each paged view at least 0.75x hello GET).
 
 The daemon, the hello app and the load process are those of ``bench/serving.py`` (one server
-process pinned to CPU 0, a raw-socket keep-alive load process with ``--connections``
-connections). The run is created as there; then its store is grown directly, as a run of
-``--miners`` miners looks after ``--rounds`` rounds: ``--miners`` more miners on the run's
-roster; every round's RoundOpen carries a roster of ``--miners`` entries (the newest one sealed
-for its own ``w``, the others copies of it); every round but the two newest was drawn for
-audits (none selected) and is final and RELEASED (a ``finalizations`` row with one ledger entry
-per miner, synced to the ledger; ``published_state`` RELEASED); and the newest round has
-``--miners`` miners, each committed (a sealed Commit and a K_coord Receipt) and uploaded (a
-sealed DeltaManifest), the per-miner envelopes the round view carries with ``full=1``.
+process pinned to its lowest CPU, a raw-socket keep-alive load process with ``--connections``
+connections on the other CPUs; a line says which CPUs each side got). The run is created as
+there; then its store is grown directly, as a run of ``--miners`` miners looks after
+``--rounds`` rounds: ``--miners`` more miners on the run's roster; every round's RoundOpen
+carries a roster of ``--miners`` entries (the newest one sealed for its own ``w``, the others
+copies of it); every round but the two newest was drawn for audits (none selected) and is
+final and RELEASED (a ``finalizations`` row with one ledger entry per miner, synced to the
+ledger; ``published_state`` RELEASED); and the newest round has ``--miners`` miners, each
+committed (a sealed Commit and a K_coord Receipt) and uploaded (a sealed DeltaManifest), the
+per-miner envelopes the round view carries with ``full=1``. The rows start once the newest
+round's view carries its assignment (drawn when the local chain reaches the round's
+``d_assign``, a minute or so after the run is created): the state miners poll it in while they
+commit and upload, and at 256 miners the assignment is most of the default page (about 530 of
+its 554 KB). Before this wait the rows measured the page without it (89 KB), and a run with
+longer rows measured one or the other by chance.
+
+Each row also prints the server's and the load's CPU time per request, and the writes and
+reads the database committed during the row: each write changes the database's stamp, so the
+next request of every cached view renders it again.
 
 Rows (each one request sent over and over):
 
@@ -42,19 +52,18 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sqlite3
-import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import attrs
 import httpx
 import trio
-from _hello import hello_app
-from serving import MINER, SETUP_TIMEOUT, WARMUP, _create_run, _daemon_settings, _measure
+from _daemon import COORD, MINER, SETUP_TIMEOUT, Servers, create_run, open_servers
+from _load import Cpus, pin_server
+from serving import cpu_us, get_spec, measure
 
 from hypertrain.coordinator.flows.pages import Page
 from hypertrain.coordinator.flows.runview import run_view
@@ -62,17 +71,17 @@ from hypertrain.coordinator.services.runs import RunsService
 from hypertrain.coordinator.tables.rounds import parse_round_open
 from hypertrain.coordinator.web.answers import AnswerCache
 from hypertrain.coordinator.web.app import AppParts, create_app
-from hypertrain.daemon.main import DaemonHandle, serve_daemon
+from hypertrain.daemon.main import DaemonHandle
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.envelope import NEVER, seal
 from hypertrain.protocol.hashes import roster_hash
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.messages import Chunk, Commit, DeltaManifest, Receipt, RosterEntry
-from nurseries import SystemClock, serve_asgi
+from nurseries import serve_asgi
 
 GROW_TIMEOUT = 300.0  # seconds the store may take to grow to --rounds rounds
+ASSIGN_TIMEOUT = 300.0  # seconds the newest round may take to reach its assignment
 RENDERS = 20  # renders timed per view
-COORD = Keypair.from_seed(bytes(range(32)))  # K_coord of bench/serving.py's daemon
 
 
 def _hex(label: str, i: int) -> str:
@@ -185,7 +194,7 @@ async def _renders(handle: DaemonHandle, run_id: str, newest: int, hello: float)
     commit): the route's read and render and the JSON encoding, in process, no HTTP."""
     runs = RunsService(handle.ctx)
     db = handle.ctx.db
-    views = [
+    views: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
         ("run view, default page", lambda: db.read(run_view, run_id, Page())),
         ("round view, default page", lambda: runs.round_view(run_id, newest, Page())),
         ("round view, full=1", lambda: runs.round_view(run_id, newest, Page(full=True))),
@@ -210,69 +219,82 @@ def _uncached_app(handle: DaemonHandle) -> Any:
     return create_app(handle.ctx, parts)
 
 
-async def serve_and_measure(args: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory(prefix="ht-bench-views-") as tmp:
-        settings, token = _daemon_settings(Path(tmp))
-        async with trio.open_nursery() as nursery:
-            with trio.fail_after(SETUP_TIMEOUT):
-                handle: DaemonHandle = await nursery.start(
-                    partial(serve_daemon, settings, wall=SystemClock())
-                )
-                hello_url: str = await nursery.start(partial(serve_asgi, hello_app, "127.0.0.1", 0))
-                uncached_url: str = await nursery.start(
-                    partial(serve_asgi, _uncached_app(handle), "127.0.0.1", 0)
-                )
-                async with httpx.AsyncClient(base_url=handle.url) as client:
-                    run_id = await _create_run(client, token)
-            if run_id is None:
-                raise SystemExit("could not create the run")
-            started = time.perf_counter()
-            with trio.fail_after(GROW_TIMEOUT):
-                await handle.ctx.db.write(_grow(run_id, args.rounds, args.miners))
-                await handle.ctx.db.checkpoint()  # as the daemon's checkpointer would, first
-            grown = time.perf_counter() - started
-            newest = args.rounds - 1
-            run, roster = f"/v1/runs/{run_id}", f"/v1/runs/{run_id}/roster"
-            rnd = f"/v1/runs/{run_id}/rounds/{newest}"
-            rows = [
-                ("hello GET", hello_url, "/"),
-                ("run view, default page", handle.url, run),
-                ("run view, default page, uncached", uncached_url, run),
-                ("run view, limit=1024 full=1", handle.url, f"{run}?limit=1024&full=1"),
-                ("roster view, default page", handle.url, roster),
-                ("round view, default page", handle.url, rnd),
-                ("round view, default page, uncached", uncached_url, rnd),
-                ("round view, full=1", handle.url, f"{rnd}?full=1"),
-                ("hello GET, again", hello_url, "/"),
-            ]
-            print(
-                f"{args.rounds:,} rounds, {args.miners} miners in round {newest} (store grown in"
-                f" {grown:.1f} s); {args.connections} connections, {args.seconds:g} s per row,"
-                " server pinned to CPU 0"
+async def _grown(servers: Servers, args: argparse.Namespace) -> str:
+    """The run, grown to ``--rounds`` rounds of ``--miners`` miners (module doc); its id."""
+    run_id = await create_run(servers)
+    if run_id is None:
+        raise SystemExit("could not create the run")
+    started = time.perf_counter()
+    db = servers.daemon.ctx.db
+    with trio.fail_after(GROW_TIMEOUT):
+        await db.write(_grow(run_id, args.rounds, args.miners))
+        await db.checkpoint()  # as the daemon's checkpointer would, first
+    grown = time.perf_counter() - started
+    url = f"{servers.daemon.url}/v1/runs/{run_id}/rounds/{args.rounds - 1}"
+    async with httpx.AsyncClient() as client:
+        with trio.fail_after(ASSIGN_TIMEOUT):
+            while (await client.get(url, timeout=60)).json().get("assignment") is None:  # noqa: ASYNC110
+                await trio.sleep(1.0)  # a poll of the view over HTTP, as a miner's
+    print(
+        f"{args.rounds:,} rounds, {args.miners} miners in round {args.rounds - 1} (store grown in"
+        f" {grown:.1f} s, its assignment drawn {time.perf_counter() - started - grown:.0f} s"
+        f" later); {args.connections} connections, {args.seconds:g} s per row"
+    )
+    return run_id
+
+
+async def serve_and_measure(cpus: Cpus, args: argparse.Namespace) -> None:
+    async with open_servers("ht-bench-views-") as servers:
+        handle, hello_url = servers.daemon, servers.hello_url
+        with trio.fail_after(SETUP_TIMEOUT):
+            uncached_url: str = await servers.nursery.start(
+                partial(serve_asgi, _uncached_app(handle), "127.0.0.1", 0)
             )
-            rates: dict[str, float] = {}
-            async with httpx.AsyncClient() as client:
-                for name, url, path in rows:
-                    size = len((await client.get(url + path, timeout=60)).content)
-                    host, port = url.removeprefix("http://").rsplit(":", 1)
-                    spec = {
-                        "host": host, "port": int(port), "method": "GET", "path": path,
-                        "body": "", "headers": {}, "connections": args.connections,
-                        "seconds": args.seconds, "warmup": WARMUP,
-                    }  # fmt: skip
-                    result = await _measure(spec, args.seconds)
-                    rates[name] = result["rate"]
-                    print(
-                        f"{name:36s} {result['rate']:8.1f} req/s {size / 1000:9.1f} KB"
-                        f"  ({result['ok']} ok, {result['errors']} errors, {result['stuck']} stuck)"
-                    )
-            hello = (rates["hello GET"] + rates["hello GET, again"]) / 2
-            print(f"hello GET, mean of the first and last rows: {hello:.1f} req/s")
-            for name, _, _ in rows[1:-1]:
-                print(f"ratio {name:36s} / hello GET: {rates[name] / hello:.2f}x")
-            await _renders(handle, run_id, newest, hello)
-            handle.request_shutdown()
-            nursery.cancel_scope.cancel()
+        run_id = await _grown(servers, args)
+        print(cpus.describe())
+        newest = args.rounds - 1
+        run, roster = f"/v1/runs/{run_id}", f"/v1/runs/{run_id}/roster"
+        rnd = f"/v1/runs/{run_id}/rounds/{newest}"
+        rows = [
+            ("hello GET", hello_url, "/"),
+            ("run view, default page", handle.url, run),
+            ("run view, default page, uncached", uncached_url, run),
+            ("run view, limit=1024 full=1", handle.url, f"{run}?limit=1024&full=1"),
+            ("roster view, default page", handle.url, roster),
+            ("round view, default page", handle.url, rnd),
+            ("round view, default page, uncached", uncached_url, rnd),
+            ("round view, full=1", handle.url, f"{rnd}?full=1"),
+            ("hello GET, again", hello_url, "/"),
+        ]
+        results: dict[str, dict[str, Any]] = {}
+        async with httpx.AsyncClient() as client:
+            for name, url, path in rows:
+                size = len((await client.get(url + path, timeout=60)).content)
+                before = handle.ctx.db.statistics()
+                result = await measure(cpus, get_spec(url, path, args.connections, args.seconds))
+                after = handle.ctx.db.statistics()
+                results[name] = result
+                print(
+                    f"{name:36s} {result['rate']:8.1f} req/s {size / 1000:9.1f} KB  server CPU"
+                    f" {cpu_us(result):6.0f} us, load CPU {cpu_us(result, 'cpu'):5.0f} us a"
+                    f" request ({result['ok']} ok, {result['errors']} errors,"
+                    f" {result['stuck']} stuck; {after.writes - before.writes} writes and"
+                    f" {after.reads - before.reads} reads committed meanwhile)"
+                )
+        first, last = results["hello GET"], results["hello GET, again"]
+        hello = (first["rate"] + last["rate"]) / 2
+        hello_cpu = (cpu_us(first) + cpu_us(last)) / 2
+        print(
+            f"hello GET, mean of the first and last rows: {hello:.1f} req/s,"
+            f" server CPU {hello_cpu:.0f} us a request"
+        )
+        for name, _, _ in rows[1:-1]:
+            row = results[name]
+            print(
+                f"ratio {name:36s} / hello GET: {row['rate'] / hello:.2f}x"
+                f" (server CPU a request, hello GET / this: {hello_cpu / cpu_us(row):.2f})"
+            )
+        await _renders(handle, run_id, newest, hello)
 
 
 def main() -> None:
@@ -282,10 +304,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10_000, help="rounds in the store")
     parser.add_argument("--miners", type=int, default=256, help="miners of the newest round")
     args = parser.parse_args()
-    cpus = os.sched_getaffinity(0)
-    if len(cpus) > 1:
-        os.sched_setaffinity(0, {min(cpus)})
-    trio.run(serve_and_measure, args)
+    trio.run(serve_and_measure, pin_server(), args)
 
 
 if __name__ == "__main__":
