@@ -150,6 +150,20 @@ class MergeChain:
             prev = result.state_out
         self._applied = redone
 
+    def redo_last(self, deltas: Mapping[str, Delta]) -> MergeResult:
+        """Merge the last applied round again from its previous state with ``deltas`` instead
+        of its uploads (blacklisted miners excluded). Not the protocol: the bench's oracle row,
+        round ``w + 1`` trained again from the theta a rollback of round ``w`` corrected."""
+        last = self._applied[-1]
+        result = aggregate_round(last.prev, deltas, self.params, excluded=self._excluded(deltas))
+        self._applied = [*self._applied[:-1], _Applied(last.w, last.prev, deltas, result)]
+        return result
+
+    @property
+    def last_theta(self) -> Delta:
+        """The theta the last applied round's miners started from (after any rollback)."""
+        return self._applied[-1].prev.theta
+
     def _excluded(self, deltas: Mapping[str, Delta]) -> list[str]:
         return sorted(h for h in deltas if h in self.blacklist)
 

@@ -30,7 +30,7 @@ from hypertrain.aggregator.merge import MergeResult, Params, preclip
 from hypertrain.rounds.audit import Q_ONE
 from hypertrain.trainer.codec import F32Array
 
-Vec = np.ndarray  # type: ignore[type-arg]
+Vec = np.ndarray
 
 
 def _flat(tensors: Mapping[str, F32Array]) -> Vec:

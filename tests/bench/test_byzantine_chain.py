@@ -83,6 +83,28 @@ def test_rollback_equals_the_chain_that_never_merged_the_faulted_miner(w: int) -
     assert not _same(chain.state, kept.state)
 
 
+def test_redo_last_merges_the_last_round_again_from_its_corrected_start() -> None:
+    """The oracle row's step: after a rollback of rounds 0 and 1, round 1 merged again with
+    other deltas equals a chain that merged those in round 1 from round 0 without the faulted
+    miner; the theta round 1 started from is the corrected one."""
+    rng = np.random.default_rng(6)
+    rounds = [_round(rng) for _ in range(3)]
+    chain = chain_mod.MergeChain(_genesis(), PARAMS)
+    chain.apply(rounds[0])
+    chain.apply(rounds[1])
+    chain.rollback(0, ["m01"])
+    fresh = {n: d for n, d in rounds[2].items() if n != "m01"}  # "trained again"
+    chain.redo_last(fresh)
+
+    clean = chain_mod.MergeChain(_genesis(), PARAMS)
+    clean.apply({n: d for n, d in rounds[0].items() if n != "m01"})
+    start = clean.state.theta
+    clean.apply(fresh)
+    assert _same(chain.state, clean.state)
+    assert all(np.array_equal(chain.last_theta[k], start[k]) for k in start)
+    assert chain.next_round == 2
+
+
 def test_a_blacklisted_upload_is_excluded_from_later_merges() -> None:
     rng = np.random.default_rng(4)
     rounds = [_round(rng) for _ in range(3)]
