@@ -95,14 +95,7 @@ def receive_result(
     node = get_node(conn, node.node_id)
     if node.disabled(now_ms):
         return status, answer, None, events
-    grant, leased = lease_read(
-        conn,
-        node,
-        capabilities=ask.capabilities,
-        hardware=ask.hardware,
-        now_ms=now_ms,
-        settings=settings,
-    )
+    grant, leased = _lease_as_asked(conn, node, ask, now_ms, settings)
     return status, answer, (node, ask, grant), [*events, *leased]
 
 
@@ -125,15 +118,22 @@ def lease_for_key(
             reenable_at=iso_ms(until),
         )
         return node, req, disabled, []
-    grant, events = lease_read(
+    grant, events = _lease_as_asked(conn, node, req, now_ms, settings)
+    return attrs.evolve(node, last_seen_ms=now_ms), req, grant, events
+
+
+def _lease_as_asked(
+    conn: sqlite3.Connection, node: Node, ask: LeaseRequest, now_ms: int, settings: ComputeSettings
+) -> tuple[LeaseGrant | None, list[Event]]:
+    """:func:`~hypertrain.compute.leases.lease_read` for the capabilities and hardware asked."""
+    return lease_read(
         conn,
         node,
-        capabilities=req.capabilities,
-        hardware=req.hardware,
+        capabilities=ask.capabilities,
+        hardware=ask.hardware,
         now_ms=now_ms,
         settings=settings,
     )
-    return attrs.evolve(node, last_seen_ms=now_ms), req, grant, events
 
 
 def input_of(
