@@ -65,6 +65,7 @@ from _daemon import COORD, MINER, SETUP_TIMEOUT, Servers, create_run, open_serve
 from _load import Cpus, pin_server
 from serving import cpu_us, get_spec, measure
 
+from hypertrain.coordinator.flows.compactjson import encode_json
 from hypertrain.coordinator.flows.pages import Page
 from hypertrain.coordinator.flows.runview import run_view
 from hypertrain.coordinator.services.runs import RunsService
@@ -200,10 +201,10 @@ async def _renders(handle: DaemonHandle, run_id: str, newest: int, hello: float)
         ("round view, full=1", lambda: runs.round_view(run_id, newest, Page(full=True))),
     ]
     for name, render in views:
-        json.dumps(await render(), separators=(",", ":"))
+        encode_json(await render())
         started = time.perf_counter()
         for _ in range(RENDERS):
-            json.dumps(await render(), separators=(",", ":"))
+            encode_json(await render())
         each = (time.perf_counter() - started) / RENDERS
         print(
             f"rendered {name:24s} {each * 1000:7.2f} ms (at most {1 / each:7.1f}/s,"

@@ -5,8 +5,9 @@ A route whose answer is a function of the request's path and query string and of
 database alone (no authentication, no other header, no clock, nothing held in memory that the
 database does not hold) may answer through :meth:`AnswerCache.answer`: it takes the
 database's :meth:`~hypertrain.store.Database.stamp` *before* it reads, renders the answer once
-(compact JSON bytes) and keeps it under the request's key (:func:`key_of`: the raw path and
-query string) with that stamp. The run view and the round view answer this way.
+(compact JSON bytes, :func:`~hypertrain.coordinator.flows.compactjson.encode_json`) and keeps
+it under the request's key (:func:`key_of`: the raw path and query string) with that stamp.
+The run view and the round view answer this way.
 
 :func:`serve_answers` wraps the app's ASGI callable (Quart's ``app.asgi_app``): a ``GET``
 without a body, with its head within :data:`~hypertrain.coordinator.web.http.HEADERS_LIMIT`,
@@ -32,7 +33,7 @@ from typing import Any, Final, Protocol
 
 from attrs import frozen
 
-from hypertrain.coordinator.events import COMPACT_JSON
+from hypertrain.coordinator.flows.compactjson import encode_json
 from hypertrain.store import Stamp
 from nurseries import ASGIApp
 
@@ -69,11 +70,6 @@ class Stamped(Protocol):
 def key_of(scope: Mapping[str, Any]) -> Key:
     """The key of a request: its raw path and query string."""
     return str(scope["path"]), bytes(scope.get("query_string", b""))
-
-
-def encode_json(value: Any) -> bytes:
-    """``value`` as the compact JSON every JSON answer sends (``json_response``'s encoding)."""
-    return COMPACT_JSON.encode(value).encode()
 
 
 @frozen
