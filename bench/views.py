@@ -38,8 +38,10 @@ Rows (each one request sent over and over):
 
 Repeated requests at unchanged data are answered from the daemon's answer cache
 (``hypertrain.coordinator.web.answers``); the first request after any commit renders the view
-again. The ``rendered`` lines print the render alone: the route's read, render and JSON
-encoding of each view, in process (no HTTP), as a ceiling rate next to hello GET's.
+again, and those that arrive during that render wait for it
+(``hypertrain.coordinator.web.front``). The ``rendered`` lines print the render alone: the
+route's read, render and JSON encoding of each view, in process (no HTTP), as a ceiling rate
+next to hello GET's (a round's assignment items are encoded once, by the first render).
 
 "Before" is the same script on the tree before pages: the daemon there ignores the query, so
 the rows answer the whole unpaged views (every round; every miner with its envelopes).
