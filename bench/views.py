@@ -38,8 +38,10 @@ Rows (each one request sent over and over):
 
 Repeated requests at unchanged data are answered from the daemon's answer cache
 (``hypertrain.coordinator.web.answers``); the first request after any commit renders the view
-again. The ``rendered`` lines print the render alone: the route's read, render and JSON
-encoding of each view, in process (no HTTP), as a ceiling rate next to hello GET's.
+again, and those that arrive during that render wait for it
+(``hypertrain.coordinator.web.front``). The ``rendered`` lines print the render alone: the
+route's read, render and JSON encoding of each view, in process (no HTTP), as a ceiling rate
+next to hello GET's (a round's assignment items are encoded once, by the first render).
 
 "Before" is the same script on the tree before pages: the daemon there ignores the query, so
 the rows answer the whole unpaged views (every round; every miner with its envelopes).
@@ -65,6 +67,7 @@ from _daemon import COORD, MINER, SETUP_TIMEOUT, Servers, create_run, open_serve
 from _load import Cpus, pin_server
 from serving import cpu_us, get_spec, measure
 
+from hypertrain.coordinator.flows.compactjson import encode_json
 from hypertrain.coordinator.flows.pages import Page
 from hypertrain.coordinator.flows.runview import run_view
 from hypertrain.coordinator.services.runs import RunsService
@@ -200,10 +203,10 @@ async def _renders(handle: DaemonHandle, run_id: str, newest: int, hello: float)
         ("round view, full=1", lambda: runs.round_view(run_id, newest, Page(full=True))),
     ]
     for name, render in views:
-        json.dumps(await render(), separators=(",", ":"))
+        encode_json(await render())
         started = time.perf_counter()
         for _ in range(RENDERS):
-            json.dumps(await render(), separators=(",", ":"))
+            encode_json(await render())
         each = (time.perf_counter() - started) / RENDERS
         print(
             f"rendered {name:24s} {each * 1000:7.2f} ms (at most {1 / each:7.1f}/s,"

@@ -21,13 +21,14 @@ The event's JSON text is made once, at publish time (later mutation of ``data`` 
 from __future__ import annotations
 
 import collections
-import json
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import attrs
 import trio
+
+from hypertrain.coordinator.flows.compactjson import COMPACT_JSON
 
 __all__ = [
     "COMPACT_JSON",
@@ -40,9 +41,6 @@ __all__ = [
 
 DEFAULT_SUBSCRIBER_CAPACITY: Final = 256
 """Events buffered per subscriber before the oldest is dropped."""
-COMPACT_JSON: Final = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
-"""The compact JSON of events and answers (``json.dumps`` with these options, without building
-an encoder for every call: a request publishes several events and sends one answer)."""
 
 
 @attrs.frozen

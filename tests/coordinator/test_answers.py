@@ -79,6 +79,29 @@ async def test_every_commit_renders_the_view_again_with_the_change(
         assert (await _counted(h, flow.runs))[2] == 1
 
 
+async def test_concurrent_requests_after_a_commit_render_the_view_once(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_runs(tmp_path) as h:
+        flow = await open_flow(h)
+        path = f"{flow.runs}/rounds/0"
+        first = await h.client.get(path)
+        r = await admin(h, "PUT", f"/v1/admin/runs/{flow.run_id}/roster/{KEYS[2].ss58}", {})
+        assert r.status_code == 200, r.text
+        before = _answers(h).statistics()
+        answers: list[httpx.Response] = []
+
+        async def get() -> None:
+            answers.append(await h.client.get(path))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(8):
+                nursery.start_soon(get)
+        after = _answers(h).statistics()
+        assert (after.renders - before.renders, after.hits - before.hits) == (1, 7)
+        assert {(r.status_code, r.content) for r in answers} == {(200, first.content)}
+
+
 async def test_errors_and_unusual_requests_go_to_the_app(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:

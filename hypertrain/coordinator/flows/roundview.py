@@ -5,7 +5,10 @@ are :mod:`~hypertrain.coordinator.flows.runview`).
   miners (by hotkey). The facts are read in one transaction; the assignment (pure, keyed by
   the stored beacon signature of round ``d_assign``) is derived outside it by
   :func:`derive_assignment` and may be cached by the caller: it depends only on the run,
-  ``w``, that signature, the base and the roster.
+  ``w``, that signature, the base and the roster. :class:`EncodedAssignment` keeps each of
+  its items' compact JSON once encoded, so a caller that keeps it renders the ``assignment``
+  of a page by joining bytes (:mod:`~hypertrain.coordinator.flows.compactjson`), the same
+  bytes as encoding the items again.
 
 Pages (:mod:`~hypertrain.coordinator.flows.pages`): what grows with the roster is read and
 answered a page at a time, each read bounded by the page: the round view's miners, with what
@@ -23,13 +26,15 @@ From ``D >= d_assign`` on, the assignment needs ``drand[d_assign]``. If that rou
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from collections.abc import Set as AbstractSet
+from typing import Any, Final
 
 from attrs import field, frozen
 
 from hypertrain.beacon.ingest import get_round, latest_round
 from hypertrain.compute import Job, jobs_of_subjects
 from hypertrain.coordinator.flows.aggregation import AggregationRow, get_aggregation
+from hypertrain.coordinator.flows.compactjson import Encoded, encode_json, encoded_list
 from hypertrain.coordinator.flows.disputes import round_disputes
 from hypertrain.coordinator.flows.heldout import get_loss
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
@@ -68,6 +73,7 @@ from hypertrain.rounds.assignment import Assignment, assign
 from hypertrain.rounds.states import RoundState
 
 __all__ = [
+    "EncodedAssignment",
     "RoundFacts",
     "derive_assignment",
     "round_facts",
@@ -198,6 +204,27 @@ def derive_assignment(facts: RoundFacts) -> list[Assignment] | None:
     )
 
 
+class EncodedAssignment:
+    """A round's assignment (:func:`derive_assignment`) with the compact JSON of each of its
+    items, encoded the first time a page shows it and kept (by hotkey) as long as this
+    object: at most one item per roster entry."""
+
+    def __init__(self, assignment: list[Assignment]) -> None:
+        self.assignment: Final = assignment
+        self._json: dict[str, bytes] = {}
+
+    def json_of(self, shown: AbstractSet[str]) -> Encoded:
+        """The view's ``assignment``: the items of the ``shown`` hotkeys, in slot order."""
+        parts = []
+        for item in self.assignment:
+            if item.hotkey in shown:
+                encoded = self._json.get(item.hotkey)
+                if encoded is None:
+                    encoded = self._json[item.hotkey] = encode_json(unstructure(item))
+                parts.append(encoded)
+        return encoded_list(parts)
+
+
 def _full(facts: RoundFacts) -> bool:
     """Whether the per-miner envelopes are answered (always without a page)."""
     return facts.page is None or facts.page.full
@@ -268,8 +295,10 @@ def _audit_json(facts: RoundFacts, job: JobRow) -> dict[str, Any]:
     }
 
 
-def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[str, Any]:
-    """The round view JSON (spec 9); ``assignment`` from :func:`derive_assignment`.
+def round_view(facts: RoundFacts, assignment: EncodedAssignment | None) -> dict[str, Any]:
+    """The round view JSON (spec 9); ``assignment`` from :func:`derive_assignment`. Its
+    ``assignment`` value is :class:`~hypertrain.coordinator.flows.compactjson.Encoded` (or
+    null): encode the view with :func:`~hypertrain.coordinator.flows.compactjson.encode_json`.
 
     Beyond spec 9: ``state_sha256`` / ``v0_sha256`` name the published start state blob(s) of
     the round (null until ``PUT /v1/aggregator/runs/{id}/rounds/{w}/state``), and each
@@ -325,11 +354,7 @@ def round_view(facts: RoundFacts, assignment: list[Assignment] | None) -> dict[s
         "clipped": None if agg is None else agg.clipped,
         "heldout_loss": facts.heldout_loss,
         "heldout_loss_after": facts.heldout_loss_after,
-        "assignment": (
-            None
-            if assignment is None
-            else [unstructure(a) for a in assignment if a.hotkey in shown]
-        ),
+        "assignment": None if assignment is None else assignment.json_of(shown),
         "assignment_beacon_round": deadlines.d_assign,
         "assignment_beacon_signature": facts.assign_signature,
         "audit_beacon_round": deadlines.d_audit,

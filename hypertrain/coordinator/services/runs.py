@@ -15,7 +15,11 @@ to ``ctx.beacon_observers``:
 - :meth:`~RunsService.round_view`: the round view from one read transaction, with the
   assignment derived outside it and kept in a small LRU keyed by everything it depends on
   (run, w, the ``drand[d_assign]`` signature, base and the RoundOpen roster), so a hot round
-  costs no PRP work per poll.
+  costs no PRP work per poll; kept as an
+  :class:`~hypertrain.coordinator.flows.roundview.EncodedAssignment`, so a render after an
+  unrelated commit does not unstructure and encode the page's items again either (an entry
+  holds a round's items and, once shown, their JSON: about 2 KB per item in
+  ``bench/views.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,12 @@ from typing import Any, Final
 
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.flows.pages import Page
-from hypertrain.coordinator.flows.roundview import RoundFacts, derive_assignment, round_facts
+from hypertrain.coordinator.flows.roundview import (
+    EncodedAssignment,
+    RoundFacts,
+    derive_assignment,
+    round_facts,
+)
 from hypertrain.coordinator.flows.roundview import round_view as render_round_view
 from hypertrain.coordinator.tables.rounds import (
     RoundRow,
@@ -33,7 +42,6 @@ from hypertrain.coordinator.tables.rounds import (
     mark_published,
     pending_state_changes,
 )
-from hypertrain.rounds.assignment import Assignment
 from hypertrain.rounds.states import RoundState
 
 __all__ = ["ASSIGNMENT_CACHE_SIZE", "RunsService"]
@@ -50,7 +58,7 @@ class RunsService:
     def __init__(self, ctx: Coordinator, *, cache_size: int = ASSIGNMENT_CACHE_SIZE) -> None:
         self._ctx = ctx
         self._cache_size = cache_size
-        self._assignments: collections.OrderedDict[_AssignmentKey, list[Assignment]] = (
+        self._assignments: collections.OrderedDict[_AssignmentKey, EncodedAssignment] = (
             collections.OrderedDict()
         )
 
@@ -73,7 +81,7 @@ class RunsService:
         """Publish a ``run`` event ``{run_id, change, **data}``."""
         self._ctx.events.publish("run", {"run_id": run_id, "change": change, **data})
 
-    def assignment(self, facts: RoundFacts) -> list[Assignment] | None:
+    def assignment(self, facts: RoundFacts) -> EncodedAssignment | None:
         """:func:`derive_assignment`, cached (see the module docstring)."""
         if facts.assign_signature is None or not facts.assignment_due:
             return None
@@ -83,15 +91,18 @@ class RunsService:
         if cached is not None:
             self._assignments.move_to_end(key)
             return cached
-        result = derive_assignment(facts)
-        if result is not None:
-            self._assignments[key] = result
-            while len(self._assignments) > self._cache_size:
-                self._assignments.popitem(last=False)
+        derived = derive_assignment(facts)
+        if derived is None:
+            return None
+        result = self._assignments[key] = EncodedAssignment(derived)
+        while len(self._assignments) > self._cache_size:
+            self._assignments.popitem(last=False)
         return result
 
     async def round_view(self, run_id: str, w: int, page: Page | None = None) -> dict[str, Any]:
         """``GET /v1/runs/{id}/rounds/{w}``: its miners of ``page`` (all without one); 404 for
-        an unknown run or round."""
+        an unknown run or round. Encode it with
+        :func:`~hypertrain.coordinator.flows.compactjson.encode_json` (its ``assignment`` is
+        already encoded)."""
         facts = await self._ctx.db.read(round_facts, run_id, w, page)
         return render_round_view(facts, self.assignment(facts))

@@ -1,27 +1,25 @@
-"""Answers of the public read views, kept while the data they were read from is unchanged,
-and served in front of Quart.
+"""Answers of the public read views, kept while the data they were read from is unchanged.
 
 A route whose answer is a function of the request's path and query string and of the
 database alone (no authentication, no other header, no clock, nothing held in memory that the
 database does not hold) may answer through :meth:`AnswerCache.answer`: it takes the
 database's :meth:`~hypertrain.store.Database.stamp` *before* it reads, renders the answer once
-(compact JSON bytes) and keeps it under the request's key (:func:`key_of`: the raw path and
-query string) with that stamp. The run view and the round view answer this way.
+(compact JSON bytes, :func:`~hypertrain.coordinator.flows.compactjson.encode_json`) and keeps
+it under the request's key (:func:`key_of`: the raw path and query string) with that stamp.
+The run view and the round view answer this way.
 
-:func:`serve_answers` wraps the app's ASGI callable (Quart's ``app.asgi_app``): a ``GET``
-without a body, with its head within :data:`~hypertrain.coordinator.web.http.HEADERS_LIMIT`,
-whose key holds an answer whose stamp is the database's stamp now, is answered from those
-bytes (200, ``content-type`` and ``content-length``, the headers the route sends) without
-entering Quart; any other request goes to the app unchanged, which answers it as it always
-would (errors, 431, a body to read, the first request of a key). The cache cannot serve stale
-data: a stamp equals an earlier one only when no write committed since (here or on any other
-connection), and the answer kept with a stamp was read after it was taken, so it holds every
-write the stamp counts. It changes no answer: a hit sends the bytes the route sent for the
-same path and query at the same data.
+:meth:`AnswerCache.lookup` gives the bytes kept under a key only with the stamp they were
+kept with: the caller takes the database's stamp now (:meth:`AnswerCache.stamp`) and asks with
+it. The cache cannot serve stale data: a stamp equals an earlier one only when no write
+committed since (here or on any other connection), and the answer kept with a stamp was read
+after it was taken, so it holds every write the stamp counts. It changes no answer: a hit
+gives the bytes the route sent for the same path and query at the same data.
+:func:`~hypertrain.coordinator.web.front.serve_answers` answers from it in front of Quart.
 
 Bounded: at most ``max_entries`` answers and ``max_bytes`` bytes of them, least recently used
 dropped first (an answer larger than ``max_bytes`` is never kept). Pure of Quart and Trio:
-the stamp comes from the database runner.
+the stamp comes from the database runner; whoever waits for a render in progress subscribes
+with :meth:`AnswerCache.observe` and is called with the key and stamp of each answer kept.
 """
 
 from __future__ import annotations
@@ -32,9 +30,8 @@ from typing import Any, Final, Protocol
 
 from attrs import frozen
 
-from hypertrain.coordinator.events import COMPACT_JSON
+from hypertrain.coordinator.flows.compactjson import encode_json
 from hypertrain.store import Stamp
-from nurseries import ASGIApp
 
 __all__ = [
     "ANSWER_CACHE_BYTES",
@@ -46,7 +43,6 @@ __all__ = [
     "Stamped",
     "encode_json",
     "key_of",
-    "serve_answers",
 ]
 
 ANSWER_CACHE_ENTRIES: Final = 64
@@ -56,8 +52,6 @@ ANSWER_CACHE_BYTES: Final = 32 * 1024 * 1024
 
 Key = tuple[str, bytes]
 """A request's ``(path, query_string)`` as the ASGI scope gives them."""
-
-_JSON_HEADERS: Final = b"application/json"
 
 
 class Stamped(Protocol):
@@ -69,11 +63,6 @@ class Stamped(Protocol):
 def key_of(scope: Mapping[str, Any]) -> Key:
     """The key of a request: its raw path and query string."""
     return str(scope["path"]), bytes(scope.get("query_string", b""))
-
-
-def encode_json(value: Any) -> bytes:
-    """``value`` as the compact JSON every JSON answer sends (``json_response``'s encoding)."""
-    return COMPACT_JSON.encode(value).encode()
 
 
 @frozen
@@ -89,7 +78,7 @@ class AnswerCacheStatistics:
     """Counts since start, and what is kept now."""
 
     hits: int
-    """Requests :func:`serve_answers` answered from the cache."""
+    """Lookups answered from the cache (requests answered in front of Quart)."""
     renders: int
     """Answers rendered by a route (a first request, or the data changed)."""
     entries: int
@@ -113,6 +102,15 @@ class AnswerCache:
         self._bytes = 0
         self._hits = 0
         self._renders = 0
+        self._observers: list[Callable[[Key, Stamp], None]] = []
+
+    def observe(self, observer: Callable[[Key, Stamp], None]) -> None:
+        """Call ``observer(key, stamp)`` after each answer is kept (it must not raise)."""
+        self._observers.append(observer)
+
+    async def stamp(self) -> Stamp:
+        """The database's stamp now."""
+        return await self._db.stamp()
 
     async def answer(self, key: Key, produce: Callable[[], Awaitable[Any]]) -> bytes:
         """The JSON bytes of ``await produce()`` (one read of the database), kept under
@@ -121,16 +119,28 @@ class AnswerCache:
         body = encode_json(await produce())
         self._renders += 1
         self._keep(key, Answer(stamp, body))
+        for observer in self._observers:
+            observer(key, stamp)
         return body
 
-    async def fresh(self, key: Key) -> bytes | None:
-        """The bytes kept under ``key`` if the data is unchanged since they were read."""
+    def lookup(self, key: Key, stamp: Stamp) -> bytes | None:
+        """The bytes kept under ``key`` if they were kept with ``stamp`` (take it with
+        :meth:`stamp` just before: then the data is unchanged since they were read)."""
         kept = self._answers.get(key)
-        if kept is None or kept.stamp != await self._db.stamp():
+        if kept is None or kept.stamp != stamp:
             return None
         self._answers.move_to_end(key)
         self._hits += 1
         return kept.body
+
+    async def fresh(self, key: Key) -> bytes | None:
+        """The bytes kept under ``key`` if the data is unchanged since they were read."""
+        return self.lookup(key, await self._db.stamp())
+
+    def known(self, key: Key) -> bool:
+        """Whether an answer is kept under ``key``, fresh or not (its route renders answers
+        into this cache)."""
+        return key in self._answers
 
     def statistics(self) -> AnswerCacheStatistics:
         """A snapshot of the counts and what is kept."""
@@ -149,34 +159,3 @@ class AnswerCache:
         while len(self._answers) > self._max_entries or self._bytes > self._max_bytes:
             _, dropped = self._answers.popitem(last=False)
             self._bytes -= len(dropped.body)
-
-
-def _plain_get(scope: Mapping[str, Any], headers_limit: int) -> bool:
-    """A ``GET`` without a body whose head is within ``headers_limit`` bytes."""
-    if scope["type"] != "http" or scope["method"] != "GET":
-        return False
-    size = 0
-    for name, value in scope["headers"]:
-        size += len(name) + len(value)
-        if name == b"transfer-encoding" or (name == b"content-length" and value != b"0"):
-            return False
-    return size <= headers_limit
-
-
-def serve_answers(app: ASGIApp, cache: AnswerCache, *, headers_limit: int) -> ASGIApp:
-    """``app`` behind the cache's front (module doc)."""
-
-    async def front(scope: Any, receive: Any, send: Any) -> None:
-        if _plain_get(scope, headers_limit):
-            body = await cache.fresh(key_of(scope))
-            if body is not None:
-                headers = [
-                    (b"content-type", _JSON_HEADERS),
-                    (b"content-length", str(len(body)).encode()),
-                ]
-                await send({"type": "http.response.start", "status": 200, "headers": headers})
-                await send({"type": "http.response.body", "body": body})
-                return
-        await app(scope, receive, send)
-
-    return front

@@ -8,10 +8,10 @@ Adding a group of routes is one entry in :data:`ROUTE_MODULES`. What routes use 
 :meth:`AppParts.build` builds them without touching ``ctx``, so the caller decides what to
 subscribe (``ctx.beacon_observers.extend(parts.beacon_observers())``). :func:`create_app` has no
 side effects: two apps over one ``ctx`` serve the same state. The app's ASGI callable is
-wrapped by :func:`~hypertrain.coordinator.web.answers.serve_answers`, which answers a repeated
-public view from ``parts.answers`` while the database is unchanged and hands everything else
-to Quart. The app does no long-running work of its own (its nursery is Quart's; STYLE:
-services live in the daemon's supervisor).
+wrapped by :func:`~hypertrain.coordinator.web.front.serve_answers`, which answers a repeated
+public view from ``parts.answers`` while the database is unchanged (one render at a time per
+view) and hands everything else to Quart. The app does no long-running work of its own (its
+nursery is Quart's; STYLE: services live in the daemon's supervisor).
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ from hypertrain.coordinator.web import (
     system,
     worker,
 )
-from hypertrain.coordinator.web.answers import AnswerCache, serve_answers
+from hypertrain.coordinator.web.answers import AnswerCache
+from hypertrain.coordinator.web.front import serve_answers
 from hypertrain.coordinator.web.http import (
     BODY_TIMEOUT,
     HEADERS_LIMIT,
