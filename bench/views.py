@@ -31,6 +31,9 @@ Rows (each one request sent over and over):
 - ``run view, limit=1024 full=1``: the largest page a client may ask for;
 - ``roster view, default page``: ``GET /v1/runs/{id}/roster`` (256 roster rows);
 - ``round view, default page``: ``GET /v1/runs/{id}/rounds/{newest}`` (256 miners, no envelopes);
+  ``..., gzip`` the same with ``accept-encoding: gzip, deflate``, as the miners' httpx clients
+  send it (a kept answer of 16 KiB or more goes compressed; every other row asks for
+  ``identity``); the size printed is the answer's on the wire;
 - ``round view, full=1``: the same page with the miners' envelopes;
 - ``..., uncached``: the default pages again from a second app over the same daemon (its
   context, database and routes) whose answer cache keeps nothing, so every request is routed,
@@ -258,23 +261,29 @@ async def serve_and_measure(cpus: Cpus, args: argparse.Namespace) -> None:
         newest = args.rounds - 1
         run, roster = f"/v1/runs/{run_id}", f"/v1/runs/{run_id}/roster"
         rnd = f"/v1/runs/{run_id}/rounds/{newest}"
+        identity = {"accept-encoding": "identity"}
+        gzip = {"accept-encoding": "gzip, deflate"}  # what the miners' httpx clients send
         rows = [
-            ("hello GET", hello_url, "/"),
-            ("run view, default page", handle.url, run),
-            ("run view, default page, uncached", uncached_url, run),
-            ("run view, limit=1024 full=1", handle.url, f"{run}?limit=1024&full=1"),
-            ("roster view, default page", handle.url, roster),
-            ("round view, default page", handle.url, rnd),
-            ("round view, default page, uncached", uncached_url, rnd),
-            ("round view, full=1", handle.url, f"{rnd}?full=1"),
-            ("hello GET, again", hello_url, "/"),
+            ("hello GET", hello_url, "/", identity),
+            ("run view, default page", handle.url, run, identity),
+            ("run view, default page, uncached", uncached_url, run, identity),
+            ("run view, limit=1024 full=1", handle.url, f"{run}?limit=1024&full=1", identity),
+            ("roster view, default page", handle.url, roster, identity),
+            ("round view, default page", handle.url, rnd, identity),
+            ("round view, default page, gzip", handle.url, rnd, gzip),
+            ("round view, default page, uncached", uncached_url, rnd, identity),
+            ("round view, full=1", handle.url, f"{rnd}?full=1", identity),
+            ("hello GET, again", hello_url, "/", identity),
         ]
         results: dict[str, dict[str, Any]] = {}
         async with httpx.AsyncClient() as client:
-            for name, url, path in rows:
-                size = len((await client.get(url + path, timeout=60)).content)
+            for name, url, path, headers in rows:
+                await client.get(url + path, timeout=60)  # rendered and kept
+                answer = await client.get(url + path, headers=headers, timeout=60)
+                size = int(answer.headers.get("content-length", len(answer.content)))
                 before = handle.ctx.db.statistics()
-                result = await measure(cpus, get_spec(url, path, args.connections, args.seconds))
+                spec = get_spec(url, path, args.connections, args.seconds) | {"headers": headers}
+                result = await measure(cpus, spec)
                 after = handle.ctx.db.statistics()
                 results[name] = result
                 print(
@@ -291,7 +300,7 @@ async def serve_and_measure(cpus: Cpus, args: argparse.Namespace) -> None:
             f"hello GET, mean of the first and last rows: {hello:.1f} req/s,"
             f" server CPU {hello_cpu:.0f} us a request"
         )
-        for name, _, _ in rows[1:-1]:
+        for name, *_ in rows[1:-1]:
             row = results[name]
             print(
                 f"ratio {name:36s} / hello GET: {row['rate'] / hello:.2f}x"

@@ -16,8 +16,14 @@ after it was taken, so it holds every write the stamp counts. It changes no answ
 gives the bytes the route sent for the same path and query at the same data.
 :func:`~hypertrain.coordinator.web.front.serve_answers` answers from it in front of Quart.
 
-Bounded: at most ``max_entries`` answers and ``max_bytes`` bytes of them, least recently used
-dropped first (an answer larger than ``max_bytes`` is never kept). Pure of Quart and Trio:
+Compressed for who accepts it: :meth:`AnswerCache.lookup_encoded` gives an answer of at least
+:data:`GZIP_MIN_BYTES` gzip-compressed to a client that accepts ``gzip``, compressed once per
+answer kept (the round view at 256 miners is about 554 KB, most of it the assignment's sample
+numbers; miners' httpx clients accept gzip), the same bytes every time (``mtime`` 0).
+
+Bounded: at most ``max_entries`` answers and ``max_bytes`` bytes of them (compressed forms
+included), least recently used dropped first (an answer larger than ``max_bytes`` is never
+kept). Pure of Quart and Trio:
 the stamp comes from the database runner; whoever waits for a render in progress subscribes
 with :meth:`AnswerCache.observe` and is called with the key and stamp of each answer kept.
 """
@@ -25,10 +31,11 @@ with :meth:`AnswerCache.observe` and is called with the key and stamp of each an
 from __future__ import annotations
 
 import collections
+import gzip
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Protocol
 
-from attrs import frozen
+from attrs import evolve, frozen
 
 from hypertrain.coordinator.flows.compactjson import encode_json
 from hypertrain.store import Stamp
@@ -36,6 +43,7 @@ from hypertrain.store import Stamp
 __all__ = [
     "ANSWER_CACHE_BYTES",
     "ANSWER_CACHE_ENTRIES",
+    "GZIP_MIN_BYTES",
     "Answer",
     "AnswerCache",
     "AnswerCacheStatistics",
@@ -49,6 +57,10 @@ ANSWER_CACHE_ENTRIES: Final = 64
 """Answers kept at most (distinct paths and query strings)."""
 ANSWER_CACHE_BYTES: Final = 32 * 1024 * 1024
 """Bytes of kept answers at most."""
+
+GZIP_MIN_BYTES: Final = 16 * 1024
+"""Answers at least this large go gzip-compressed to clients that accept it (module doc)."""
+GZIP_LEVEL: Final = 6
 
 Key = tuple[str, bytes]
 """A request's ``(path, query_string)`` as the ASGI scope gives them."""
@@ -71,6 +83,13 @@ class Answer:
 
     stamp: Stamp
     body: bytes
+    gzipped: bytes | None = None
+    """``body`` gzip-compressed, once a client that accepts it asked (module doc)."""
+
+    @property
+    def size(self) -> int:
+        """Bytes kept for it."""
+        return len(self.body) + len(self.gzipped or b"")
 
 
 @frozen
@@ -133,6 +152,21 @@ class AnswerCache:
         self._hits += 1
         return kept.body
 
+    def lookup_encoded(
+        self, key: Key, stamp: Stamp, *, accepts_gzip: bool
+    ) -> tuple[bytes, bool] | None:
+        """:meth:`lookup`, as ``(bytes, gzipped)``: compressed when the client accepts gzip
+        and the answer has at least :data:`GZIP_MIN_BYTES` (module doc)."""
+        body = self.lookup(key, stamp)
+        if body is None or not accepts_gzip or len(body) < GZIP_MIN_BYTES:
+            return None if body is None else (body, False)
+        kept = self._answers[key]
+        if kept.gzipped is None:
+            kept = evolve(kept, gzipped=gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0))
+            self._keep(key, kept)
+        assert kept.gzipped is not None
+        return kept.gzipped, True
+
     async def fresh(self, key: Key) -> bytes | None:
         """The bytes kept under ``key`` if the data is unchanged since they were read."""
         return self.lookup(key, await self._db.stamp())
@@ -151,11 +185,11 @@ class AnswerCache:
     def _keep(self, key: Key, answer: Answer) -> None:
         old = self._answers.pop(key, None)
         if old is not None:
-            self._bytes -= len(old.body)
-        if len(answer.body) > self._max_bytes:
+            self._bytes -= old.size
+        if answer.size > self._max_bytes:
             return
         self._answers[key] = answer
-        self._bytes += len(answer.body)
+        self._bytes += answer.size
         while len(self._answers) > self._max_entries or self._bytes > self._max_bytes:
             _, dropped = self._answers.popitem(last=False)
-            self._bytes -= len(dropped.body)
+            self._bytes -= dropped.size

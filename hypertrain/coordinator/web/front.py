@@ -4,7 +4,10 @@
 without a body, with its head within :data:`~hypertrain.coordinator.web.http.HEADERS_LIMIT`,
 whose key (:func:`~hypertrain.coordinator.web.answers.key_of`) holds an answer kept with the
 database's stamp now, is answered from those bytes (200, ``content-type`` and
-``content-length``, the headers the route sends) without entering Quart. Any other request goes
+``content-length``, the headers the route sends) without entering Quart; to a client whose
+``accept-encoding`` accepts ``gzip`` (a ``q`` of 0 refuses it) a large answer goes compressed
+(:meth:`~hypertrain.coordinator.web.answers.AnswerCache.lookup_encoded`), with
+``content-encoding: gzip`` and ``vary: accept-encoding``. Any other request goes
 to the app unchanged, which answers it as it always would (errors, 431, a body to read, the
 first request of a key).
 
@@ -63,8 +66,29 @@ def _plain_get(scope: Any, headers_limit: int) -> bool:
     return size <= headers_limit
 
 
-async def _send_answer(send: Any, body: bytes) -> None:
+def _accepts_gzip(scope: Any) -> bool:
+    """Whether the request's ``accept-encoding`` names ``gzip`` with a ``q`` above 0."""
+    for name, value in scope["headers"]:
+        if name != b"accept-encoding":
+            continue
+        for coding in bytes(value).lower().split(b","):
+            token, _, params = coding.partition(b";")
+            if token.strip() != b"gzip":
+                continue
+            q = params.strip()
+            if not q.startswith(b"q="):
+                return True
+            try:
+                return float(q[2:]) > 0
+            except ValueError:
+                return False
+    return False
+
+
+async def _send_answer(send: Any, body: bytes, gzipped: bool) -> None:
     headers = [(b"content-type", _JSON), (b"content-length", str(len(body)).encode())]
+    if gzipped:
+        headers += [(b"content-encoding", b"gzip"), (b"vary", b"accept-encoding")]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -114,12 +138,13 @@ def serve_answers(
             await app(scope, receive, send)
             return
         key = key_of(scope)
+        accepts_gzip = _accepts_gzip(scope)
         deadline = trio.current_time() + render_wait
         while True:
             stamp = await cache.stamp()
-            body = cache.lookup(key, stamp)
-            if body is not None:
-                await _send_answer(send, body)
+            found = cache.lookup_encoded(key, stamp, accepts_gzip=accepts_gzip)
+            if found is not None:
+                await _send_answer(send, *found)
                 return
             if not cache.known(key):
                 break
