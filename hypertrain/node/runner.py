@@ -90,15 +90,14 @@ from hypertrain.node.runner_types import (
     RunnerSettings,
     Say,
     Score,
+    Turn,
     download_bound,
 )
 from hypertrain.scoring.outcome import ScoreOutcome
 from hypertrain.scoring.registry import REGISTRY, Challenge
 from nurseries import Backoff, WallClock, next_delay
 
-__all__ = ["NodeRunner", "Turn"]
-
-Turn = Literal["empty", "posted", "skipped", "abandoned", "disabled"]
+__all__ = ["NodeRunner"]
 
 
 class NodeRunner:
@@ -274,11 +273,7 @@ class NodeRunner:
             self._say(f"disabled until {e.reenable_at} ({e.detail}){waiting}")
         if once:
             return
-        wait = min(
-            self.settings.disabled_recheck,
-            max(self.settings.disabled_min_wait, (e.reenable_at_ms - now_ms) / 1000),
-        )
-        await trio.sleep(wait)
+        await trio.sleep(self.settings.disabled_wait((e.reenable_at_ms - now_ms) / 1000))
 
     # -- one job -------------------------------------------------------------------------
 
@@ -356,18 +351,18 @@ class NodeRunner:
                 offer.copy_id, post, deadline=self._lease_deadline(offer)
             )
         except Unreachable:
-            self._record(offer, outcome, "not delivered")
+            self._last_job = LastJob.of(offer, outcome, "not delivered")
             self._say(f"job {label}: {done} -> not delivered")
             raise
         except Unauthorized as e:
             raise NodeFatal(f"the coordinator no longer knows this node's key: {e}") from e
         except Refused as e:
-            self._record(offer, outcome, f"refused: {e}")
+            self._last_job = LastJob.of(offer, outcome, f"refused: {e}")
             self._say(f"job {label}: {done} -> refused ({e})")
             return "abandoned"
         self._counts["posted"] += 1
         self._counts["accepted"] += answer.accepted
-        self._record(offer, outcome, answer.describe())
+        self._last_job = LastJob.of(offer, outcome, answer.describe())
         c = self._counts
         self._say(
             f"job {label}: {done} -> {answer.describe()}"
@@ -402,8 +397,3 @@ class NodeRunner:
     def _lease_deadline(self, offer: LeaseGrant) -> float:
         """The lease's ``deadline_ms`` (wall clock) as a Trio time: the retries' bound."""
         return trio.current_time() + (offer.deadline_ms - self._wall.now() * 1000) / 1000
-
-    def _record(self, offer: LeaseGrant, outcome: ScoreOutcome, posted: str) -> None:
-        self._last_job = LastJob(
-            offer.copy_id, offer.challenge, outcome.ok, outcome.wall_ms, posted
-        )

@@ -6,8 +6,9 @@ given and what it reports.
   and the ``score`` and ``say`` callables (:data:`Score`).
 - **The download bound**: :func:`download_bound`, what is left of a lease for its inputs once
   the scorer's kill time is kept for scoring.
-- **Reported**: :class:`NodeStatistics` (with the :class:`LastJob`), a frozen record whose JSON
-  is the converter's, ``null`` for what is not known yet.
+- **Reported**: what one turn did (:data:`Turn`), and :class:`NodeStatistics` (with the
+  :class:`LastJob`), a frozen record whose JSON is the converter's, ``null`` for what is not
+  known yet.
 
 Pure: no I/O, no trio.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Final
+from typing import Annotated, Final, Literal
 
 import attrs
 from cattrs.gen import override
@@ -36,11 +37,14 @@ __all__ = [
     "RunnerSettings",
     "Say",
     "Score",
+    "Turn",
     "download_bound",
 ]
 
 CAPABILITY_REFRESH: Final = 600.0
 """Seconds after which the next loop turn probes the machine again (node document)."""
+
+Turn = Literal["empty", "posted", "skipped", "abandoned", "disabled"]
 
 
 @attrs.frozen
@@ -77,6 +81,11 @@ class RunnerSettings:
     lease_wait_ms: int | None = None
     """``wait_ms`` of the lease poll; None: the server's default (25 s)."""
 
+    def disabled_wait(self, left: float) -> float:
+        """The next sleep while disabled, ``left`` seconds before the re-enable time: at least
+        ``disabled_min_wait``, at most ``disabled_recheck``."""
+        return min(self.disabled_recheck, max(self.disabled_min_wait, left))
+
 
 DEFAULT_SETTINGS: Final = RunnerSettings()
 
@@ -95,6 +104,10 @@ class LastJob:
     ok: bool
     wall_ms: int
     posted: str
+
+    @classmethod
+    def of(cls, offer: LeaseGrant, outcome: ScoreOutcome, posted: str) -> LastJob:
+        return cls(offer.copy_id, offer.challenge, outcome.ok, outcome.wall_ms, posted)
 
 
 _SHOWN = override(omit_if_default=False)
