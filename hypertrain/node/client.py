@@ -69,16 +69,16 @@ from hypertrain.compute.wire import (
 )
 from hypertrain.node.client_answers import (
     PostAnswer,
-    _Answer,
-    _decoded,
-    _detail,
-    _next_lease,
-    _raise_disabled,
-    _read_json_capped,
-    _retry_after,
-    _ServerError,
-    _unreachable,
-    _why,
+    RawAnswer,
+    ServerError,
+    carried_lease,
+    decoded_as,
+    detail_of,
+    failure_text,
+    raise_if_disabled,
+    read_json_capped,
+    retry_after_of,
+    unreachable_error,
 )
 from hypertrain.node.errors import (
     BadOffer,
@@ -193,7 +193,7 @@ class NodeClient:
 
     async def _send(
         self, method: str, path: str, *, body: object, auth: bool, read: float | None = None
-    ) -> _Answer:
+    ) -> RawAnswer:
         """One request and its answer. Network errors propagate."""
         headers = {"Accept": "application/json", **(self._auth() if auth else {})}
         content = None if body is None else json.dumps(body).encode()
@@ -206,7 +206,7 @@ class NodeClient:
             headers=headers,
             timeout=self.timeouts.httpx(read),
         ) as response:
-            return _Answer.of(response, await _read_json_capped(response))
+            return RawAnswer.of(response, await read_json_capped(response))
 
     async def _retrying(
         self,
@@ -222,23 +222,23 @@ class NodeClient:
         try:
             return await retry(
                 call, deadline=deadline, backoff=self.backoff, draw=self._jitter,
-                transient=lambda e: _retry_after(e) if isinstance(e, retry_on) else None,
+                transient=lambda e: retry_after_of(e) if isinstance(e, retry_on) else None,
             )  # fmt: skip
         except GaveUp as e:
-            raise _unreachable(e.last) from e
+            raise unreachable_error(e.last) from e
 
-    def _check(self, answer: _Answer) -> Any:
+    def _check(self, answer: RawAnswer) -> Any:
         """A 2xx answer's decoded JSON; the typed error of any other status."""
         status, body = answer.status, answer.body
         if 200 <= status < 300:
             return body
         if status == 401:
-            raise Unauthorized(_detail(body, "unknown or malformed node key"))
+            raise Unauthorized(detail_of(body, "unknown or malformed node key"))
         if status >= 500:
-            raise _ServerError(status, _detail(body, "server error"), answer.retry_after)
+            raise ServerError(status, detail_of(body, "server error"), answer.retry_after)
         if 300 <= status < 400:
             raise Refused(status, "redirect refused (the node only talks to its coordinator)")
-        raise Refused(status, _detail(body, "refused"), retry_after=answer.retry_after)
+        raise Refused(status, detail_of(body, "refused"), retry_after=answer.retry_after)
 
     # -- routes --------------------------------------------------------------------------
 
@@ -254,15 +254,15 @@ class NodeClient:
 
         async def call() -> RegisterAnswer:
             answer = await self._send("POST", "/v1/compute/register", body=body, auth=False)
-            return _decoded(RegisterAnswer, answer.status, self._check(answer))
+            return decoded_as(RegisterAnswer, answer.status, self._check(answer))
 
         retry_on: tuple[type[Exception], ...] = (
-            (httpx.TransportError, _ServerError) if key is not None else (httpx.ConnectError,)
+            (httpx.TransportError, ServerError) if key is not None else (httpx.ConnectError,)
         )
         try:
             return await self._retrying(call, retry_on=retry_on)
-        except (httpx.TransportError, _ServerError) as e:
-            raise _unreachable(e) from e
+        except (httpx.TransportError, ServerError) as e:
+            raise unreachable_error(e) from e
 
     async def lease(
         self, capabilities: Sequence[str], hardware: str, wait_ms: int | None = None
@@ -277,10 +277,10 @@ class NodeClient:
                 read=self.timeouts.lease_read,
             )  # fmt: skip
             if answer.status == 403:
-                _raise_disabled(answer.body)
+                raise_if_disabled(answer.body)
             body = self._check(answer)
-        except (httpx.TransportError, _ServerError) as e:
-            raise _unreachable(e) from e
+        except (httpx.TransportError, ServerError) as e:
+            raise unreachable_error(e) from e
         if not isinstance(body, dict):
             raise Refused(answer.status, "the answer is not a JSON object")
         try:
@@ -304,7 +304,7 @@ class NodeClient:
             response = await self._http.send(request, stream=True)
             try:
                 if not response.is_success:
-                    self._check(_Answer.of(response, await _read_json_capped(response)))
+                    self._check(RawAnswer.of(response, await read_json_capped(response)))
                 length = response.headers.get("content-length")
                 if length is not None and (not length.isdigit() or int(length) > spec.size):
                     raise InputMismatch(
@@ -317,7 +317,7 @@ class NodeClient:
 
         try:
             response = await self._retrying(
-                start, retry_on=(httpx.TransportError, _ServerError), deadline=deadline
+                start, retry_on=(httpx.TransportError, ServerError), deadline=deadline
             )
         except Unreachable as e:
             raise Unreachable(f"input {spec.name}: {e}", retry_after=e.retry_after) from e
@@ -325,7 +325,7 @@ class NodeClient:
             async for chunk in response.aiter_raw():
                 yield chunk
         except httpx.TransportError as e:
-            raise Unreachable(f"input {spec.name}: {_why(e)}") from e
+            raise Unreachable(f"input {spec.name}: {failure_text(e)}") from e
         finally:
             await response.aclose()
 
@@ -344,24 +344,26 @@ class NodeClient:
         path = f"/v1/compute/jobs/{_segment(copy_id)}/result"
         read = None if post.next is None else self.timeouts.lease_read
 
-        async def call() -> _Answer:
+        async def call() -> RawAnswer:
             return await self._send("POST", path, body=body, auth=True, read=read)
 
         answer = await self._retrying(call, retry_on=(httpx.TransportError,), deadline=deadline)
         status = answer.status
-        if post.next is not None and status == 400 and _NEXT_REFUSED in _detail(answer.body, ""):
+        if post.next is not None and status == 400 and _NEXT_REFUSED in detail_of(answer.body, ""):
             self.next_in_results = False
             return await self.post_result(copy_id, attrs.evolve(post, next=None), deadline=deadline)
         if status in (409, 410):
-            detail = _detail(answer.body, "late" if status == 410 else "another answer was posted")
+            detail = detail_of(
+                answer.body, "late" if status == 410 else "another answer was posted"
+            )
             return PostAnswer(status, None, detail)
         try:
             checked = self._check(answer)
-        except _ServerError as e:
+        except ServerError as e:
             raise Refused(e.status, e.detail, retry_after=e.retry_after) from e
         carried = checked.pop("next", None) if isinstance(checked, dict) else None
         try:
             result = read_result_answer(checked)
         except SchemaError as e:
             raise Refused(status, f"unreadable answer: {e.detail}") from e
-        return PostAnswer(200, result, next=None if carried is None else _next_lease(carried))
+        return PostAnswer(200, result, next=None if carried is None else carried_lease(carried))

@@ -6,7 +6,7 @@
   naming the field; a lease answer carried by a result's answer that does not decode is
   :class:`BadOffer`, as a value (its job is abandoned, the result's answer stands); a 403 that
   is a :class:`~hypertrain.compute.wire.DisabledAnswer` is :class:`Disabled`.
-- **Errors say why, never the key**: a 5xx is ``_ServerError`` (retryable where the call
+- **Errors say why, never the key**: a 5xx is ``ServerError`` (retryable where the call
   allows it, after its ``Retry-After``); the last network error or 5xx becomes
   :class:`Unreachable` with a one-line reason that never holds the request.
 - **Result answers**: :class:`PostAnswer`, the coordinator's 200, 410 or 409 to a result.
@@ -33,7 +33,20 @@ from hypertrain.protocol.converter import structure
 from hypertrain.protocol.errors import SchemaError
 from nurseries import parse_retry_after
 
-__all__ = ["MAX_ANSWER_BYTES", "PostAnswer"]
+__all__ = [
+    "MAX_ANSWER_BYTES",
+    "PostAnswer",
+    "RawAnswer",
+    "ServerError",
+    "carried_lease",
+    "decoded_as",
+    "detail_of",
+    "failure_text",
+    "raise_if_disabled",
+    "read_json_capped",
+    "retry_after_of",
+    "unreachable_error",
+]
 
 MAX_ANSWER_BYTES: Final = 1 << 20
 """Bytes of a JSON answer the client reads; a longer one is :class:`Refused`."""
@@ -79,7 +92,7 @@ class PostAnswer:
         return f"refused: {self.detail}"
 
 
-def _detail(body: Any, fallback: str) -> str:
+def detail_of(body: Any, fallback: str) -> str:
     """The one-line ``detail`` of an :class:`ErrorAnswer`, else ``fallback``."""
     try:
         detail = structure(ErrorAnswer, body).detail
@@ -88,7 +101,7 @@ def _detail(body: Any, fallback: str) -> str:
     return " ".join(detail.split())[:300]
 
 
-def _decoded(cls: type[T], status: int, body: Any) -> T:
+def decoded_as(cls: type[T], status: int, body: Any) -> T:
     """``body`` as a ``cls``; :class:`Refused` naming the field when it is not one."""
     try:
         return structure(cls, body)
@@ -96,7 +109,7 @@ def _decoded(cls: type[T], status: int, body: Any) -> T:
         raise Refused(status, f"unreadable answer: {e.detail}") from e
 
 
-def _next_lease(carried: object) -> LeaseAnswer | BadOffer:
+def carried_lease(carried: object) -> LeaseAnswer | BadOffer:
     """The lease answer a result's answer carried; :class:`BadOffer` when it does not decode
     (its job is abandoned, the result's answer stands)."""
     try:
@@ -105,7 +118,7 @@ def _next_lease(carried: object) -> LeaseAnswer | BadOffer:
         return BadOffer(e.detail)
 
 
-def _raise_disabled(body: Any) -> None:
+def raise_if_disabled(body: Any) -> None:
     """:class:`Disabled` when a 403 body is a :class:`DisabledAnswer` (else the caller's
     ordinary 403 handling)."""
     try:
@@ -116,7 +129,7 @@ def _raise_disabled(body: Any) -> None:
     raise Disabled(detail, disabled.reenable_at_ms, disabled.reenable_at)
 
 
-async def _read_json_capped(response: httpx.Response) -> Any:
+async def read_json_capped(response: httpx.Response) -> Any:
     """The answer's JSON, read up to :data:`MAX_ANSWER_BYTES` (None when not JSON)."""
     raw = bytearray()
     async for chunk in response.aiter_bytes():
@@ -130,7 +143,7 @@ async def _read_json_capped(response: httpx.Response) -> Any:
 
 
 @attrs.frozen
-class _Answer:
+class RawAnswer:
     """One answer: its status, decoded JSON body (None when not JSON) and ``Retry-After``."""
 
     status: int
@@ -138,13 +151,13 @@ class _Answer:
     retry_after: float | None
 
     @classmethod
-    def of(cls, response: httpx.Response, body: Any) -> _Answer:
+    def of(cls, response: httpx.Response, body: Any) -> RawAnswer:
         return cls(
             response.status_code, body, parse_retry_after(response.headers.get("retry-after"))
         )
 
 
-class _ServerError(Exception):
+class ServerError(Exception):
     """A 5xx answer (retryable where the call allows it, after its ``Retry-After``)."""
 
     def __init__(self, status: int, detail: str, retry_after: float | None) -> None:
@@ -154,20 +167,20 @@ class _ServerError(Exception):
         self.retry_after = retry_after
 
 
-def _retry_after(error: Exception) -> float:
+def retry_after_of(error: Exception) -> float:
     """The least wait before another try after ``error``: a 5xx's ``Retry-After``, else 0."""
-    return (error.retry_after or 0.0) if isinstance(error, _ServerError) else 0.0
+    return (error.retry_after or 0.0) if isinstance(error, ServerError) else 0.0
 
 
-def _unreachable(error: Exception) -> Unreachable:
+def unreachable_error(error: Exception) -> Unreachable:
     """The :class:`Unreachable` of a last network error or 5xx (its ``Retry-After`` kept)."""
-    retry_after = error.retry_after if isinstance(error, _ServerError) else None
-    return Unreachable(_why(error), retry_after=retry_after)
+    retry_after = error.retry_after if isinstance(error, ServerError) else None
+    return Unreachable(failure_text(error), retry_after=retry_after)
 
 
-def _why(exc: BaseException) -> str:
+def failure_text(exc: BaseException) -> str:
     """A one-line reason without the request (never a header, so never the key)."""
-    if isinstance(exc, _ServerError):
+    if isinstance(exc, ServerError):
         return str(exc)
     text = " ".join(str(exc).split())[:200]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
