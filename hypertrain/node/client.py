@@ -11,7 +11,7 @@ One :class:`httpx.AsyncClient` with an injectable transport (tests pass
   appears in no error message.
 - **Every wait is bounded**: connect/read/write/pool timeouts on every request; the lease long
   poll gets a read timeout of :attr:`NodeTimeouts.lease_read` (40 s against the server's 25 s);
-  JSON answers are read up to :data:`MAX_ANSWER_BYTES`.
+  JSON answers are read up to :data:`~hypertrain.node.client_answers.MAX_ANSWER_BYTES`.
 - **Typed bodies.** Every request body and every answer is a class of
   :mod:`hypertrain.compute.wire`, encoded and decoded by the one converter, the same classes the
   coordinator uses. An answer that does not decode is :class:`Refused`, except a lease answer
@@ -58,23 +58,30 @@ import trio
 from hypertrain.compute.wire import (
     BODY_LIMIT,
     LEASE_HEADER,
-    DisabledAnswer,
-    ErrorAnswer,
     InputFile,
     LeaseAnswer,
     LeaseGrant,
     LeaseRequest,
     RegisterAnswer,
     RegisterRequest,
-    ResultAnswer,
-    ResultCounted,
-    ResultJudged,
     ResultPost,
     read_result_answer,
 )
+from hypertrain.node.client_answers import (
+    PostAnswer,
+    RawAnswer,
+    ServerError,
+    carried_lease,
+    decoded_as,
+    detail_of,
+    failure_text,
+    raise_if_disabled,
+    read_json_capped,
+    retry_after_of,
+    unreachable_error,
+)
 from hypertrain.node.errors import (
     BadOffer,
-    Disabled,
     InputMismatch,
     Refused,
     Unauthorized,
@@ -83,20 +90,16 @@ from hypertrain.node.errors import (
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import SchemaError
 from hypertrain.scoring.inputs import check_input_name
-from nurseries import Backoff, GaveUp, parse_retry_after, retry
+from nurseries import Backoff, GaveUp, retry
 
 __all__ = [
     "DEFAULT_BACKOFF",
     "DEFAULT_TIMEOUTS",
-    "MAX_ANSWER_BYTES",
     "RETRY_BUDGET",
     "NodeClient",
     "NodeTimeouts",
-    "PostAnswer",
 ]
 
-MAX_ANSWER_BYTES: Final = 1 << 20
-"""Bytes of a JSON answer the client reads; a longer one is :class:`Refused`."""
 _NEXT_REFUSED: Final = "unknown field(s) 'next'"
 """What a coordinator that predates ``ResultPost.next`` answers (400) to a post carrying it."""
 
@@ -127,63 +130,8 @@ RETRY_BUDGET: Final = 30.0
 """Seconds a call without a lease deadline (registering) keeps retrying from its first try."""
 
 
-@attrs.frozen
-class PostAnswer:
-    """The coordinator's answer to a result: 200 (``answer``, whose ``status`` is such as
-    ``counted``), 410 (late, counts nothing) or 409 (a different answer was posted first), with
-    the coordinator's ``detail``."""
-
-    http_status: int
-    answer: ResultAnswer | None
-    detail: str = ""
-    next: LeaseAnswer | BadOffer | None = None
-    """The lease asked with the result (``ResultPost.next``): its answer, :class:`BadOffer`
-    when its job did not decode, None when the answer carried no lease (the node leases the
-    plain way)."""
-
-    @property
-    def accepted(self) -> bool:
-        return self.http_status == 200
-
-    @property
-    def status(self) -> str | None:
-        return None if self.answer is None else self.answer.status
-
-    @property
-    def credits(self) -> int | None:
-        """The node's compute credits after this answer, when the coordinator said."""
-        if isinstance(self.answer, ResultJudged | ResultCounted):
-            return self.answer.compute_credits
-        return None
-
-    def describe(self) -> str:
-        if self.http_status == 200:
-            earned = "" if self.credits is None else f", {self.credits} credits earned"
-            return (self.status or "accepted") + earned
-        if self.http_status == 410:
-            return f"late, not counted ({self.detail})"
-        return f"refused: {self.detail}"
-
-
 def _segment(value: str) -> str:
     return quote(check_input_name(value), safe="")
-
-
-def _detail(body: Any, fallback: str) -> str:
-    """The one-line ``detail`` of an :class:`ErrorAnswer`, else ``fallback``."""
-    try:
-        detail = structure(ErrorAnswer, body).detail
-    except SchemaError:
-        return fallback
-    return " ".join(detail.split())[:300]
-
-
-def _decoded(cls: type[T], status: int, body: Any) -> T:
-    """``body`` as a ``cls``; :class:`Refused` naming the field when it is not one."""
-    try:
-        return structure(cls, body)
-    except SchemaError as e:
-        raise Refused(status, f"unreadable answer: {e.detail}") from e
 
 
 class NodeClient:
@@ -245,7 +193,7 @@ class NodeClient:
 
     async def _send(
         self, method: str, path: str, *, body: object, auth: bool, read: float | None = None
-    ) -> _Answer:
+    ) -> RawAnswer:
         """One request and its answer. Network errors propagate."""
         headers = {"Accept": "application/json", **(self._auth() if auth else {})}
         content = None if body is None else json.dumps(body).encode()
@@ -258,7 +206,7 @@ class NodeClient:
             headers=headers,
             timeout=self.timeouts.httpx(read),
         ) as response:
-            return _Answer.of(response, await _read_json_capped(response))
+            return RawAnswer.of(response, await read_json_capped(response))
 
     async def _retrying(
         self,
@@ -274,23 +222,23 @@ class NodeClient:
         try:
             return await retry(
                 call, deadline=deadline, backoff=self.backoff, draw=self._jitter,
-                transient=lambda e: _retry_after(e) if isinstance(e, retry_on) else None,
+                transient=lambda e: retry_after_of(e) if isinstance(e, retry_on) else None,
             )  # fmt: skip
         except GaveUp as e:
-            raise _unreachable(e.last) from e
+            raise unreachable_error(e.last) from e
 
-    def _check(self, answer: _Answer) -> Any:
+    def _check(self, answer: RawAnswer) -> Any:
         """A 2xx answer's decoded JSON; the typed error of any other status."""
         status, body = answer.status, answer.body
         if 200 <= status < 300:
             return body
         if status == 401:
-            raise Unauthorized(_detail(body, "unknown or malformed node key"))
+            raise Unauthorized(detail_of(body, "unknown or malformed node key"))
         if status >= 500:
-            raise _ServerError(status, _detail(body, "server error"), answer.retry_after)
+            raise ServerError(status, detail_of(body, "server error"), answer.retry_after)
         if 300 <= status < 400:
             raise Refused(status, "redirect refused (the node only talks to its coordinator)")
-        raise Refused(status, _detail(body, "refused"), retry_after=answer.retry_after)
+        raise Refused(status, detail_of(body, "refused"), retry_after=answer.retry_after)
 
     # -- routes --------------------------------------------------------------------------
 
@@ -306,15 +254,15 @@ class NodeClient:
 
         async def call() -> RegisterAnswer:
             answer = await self._send("POST", "/v1/compute/register", body=body, auth=False)
-            return _decoded(RegisterAnswer, answer.status, self._check(answer))
+            return decoded_as(RegisterAnswer, answer.status, self._check(answer))
 
         retry_on: tuple[type[Exception], ...] = (
-            (httpx.TransportError, _ServerError) if key is not None else (httpx.ConnectError,)
+            (httpx.TransportError, ServerError) if key is not None else (httpx.ConnectError,)
         )
         try:
             return await self._retrying(call, retry_on=retry_on)
-        except (httpx.TransportError, _ServerError) as e:
-            raise _unreachable(e) from e
+        except (httpx.TransportError, ServerError) as e:
+            raise unreachable_error(e) from e
 
     async def lease(
         self, capabilities: Sequence[str], hardware: str, wait_ms: int | None = None
@@ -329,10 +277,10 @@ class NodeClient:
                 read=self.timeouts.lease_read,
             )  # fmt: skip
             if answer.status == 403:
-                _raise_disabled(answer.body)
+                raise_if_disabled(answer.body)
             body = self._check(answer)
-        except (httpx.TransportError, _ServerError) as e:
-            raise _unreachable(e) from e
+        except (httpx.TransportError, ServerError) as e:
+            raise unreachable_error(e) from e
         if not isinstance(body, dict):
             raise Refused(answer.status, "the answer is not a JSON object")
         try:
@@ -356,7 +304,7 @@ class NodeClient:
             response = await self._http.send(request, stream=True)
             try:
                 if not response.is_success:
-                    self._check(_Answer.of(response, await _read_json_capped(response)))
+                    self._check(RawAnswer.of(response, await read_json_capped(response)))
                 length = response.headers.get("content-length")
                 if length is not None and (not length.isdigit() or int(length) > spec.size):
                     raise InputMismatch(
@@ -369,7 +317,7 @@ class NodeClient:
 
         try:
             response = await self._retrying(
-                start, retry_on=(httpx.TransportError, _ServerError), deadline=deadline
+                start, retry_on=(httpx.TransportError, ServerError), deadline=deadline
             )
         except Unreachable as e:
             raise Unreachable(f"input {spec.name}: {e}", retry_after=e.retry_after) from e
@@ -377,7 +325,7 @@ class NodeClient:
             async for chunk in response.aiter_raw():
                 yield chunk
         except httpx.TransportError as e:
-            raise Unreachable(f"input {spec.name}: {_why(e)}") from e
+            raise Unreachable(f"input {spec.name}: {failure_text(e)}") from e
         finally:
             await response.aclose()
 
@@ -396,101 +344,26 @@ class NodeClient:
         path = f"/v1/compute/jobs/{_segment(copy_id)}/result"
         read = None if post.next is None else self.timeouts.lease_read
 
-        async def call() -> _Answer:
+        async def call() -> RawAnswer:
             return await self._send("POST", path, body=body, auth=True, read=read)
 
         answer = await self._retrying(call, retry_on=(httpx.TransportError,), deadline=deadline)
         status = answer.status
-        if post.next is not None and status == 400 and _NEXT_REFUSED in _detail(answer.body, ""):
+        if post.next is not None and status == 400 and _NEXT_REFUSED in detail_of(answer.body, ""):
             self.next_in_results = False
             return await self.post_result(copy_id, attrs.evolve(post, next=None), deadline=deadline)
         if status in (409, 410):
-            detail = _detail(answer.body, "late" if status == 410 else "another answer was posted")
+            detail = detail_of(
+                answer.body, "late" if status == 410 else "another answer was posted"
+            )
             return PostAnswer(status, None, detail)
         try:
             checked = self._check(answer)
-        except _ServerError as e:
+        except ServerError as e:
             raise Refused(e.status, e.detail, retry_after=e.retry_after) from e
         carried = checked.pop("next", None) if isinstance(checked, dict) else None
         try:
             result = read_result_answer(checked)
         except SchemaError as e:
             raise Refused(status, f"unreadable answer: {e.detail}") from e
-        return PostAnswer(200, result, next=None if carried is None else _next_lease(carried))
-
-
-def _next_lease(carried: object) -> LeaseAnswer | BadOffer:
-    """The lease answer a result's answer carried; :class:`BadOffer` when it does not decode
-    (its job is abandoned, the result's answer stands)."""
-    try:
-        return structure(LeaseAnswer, carried)
-    except SchemaError as e:
-        return BadOffer(e.detail)
-
-
-def _raise_disabled(body: Any) -> None:
-    """:class:`Disabled` when a 403 body is a :class:`DisabledAnswer` (else the caller's
-    ordinary 403 handling)."""
-    try:
-        disabled = structure(DisabledAnswer, body)
-    except SchemaError:
-        return
-    detail = " ".join(disabled.detail.split())[:300]
-    raise Disabled(detail, disabled.reenable_at_ms, disabled.reenable_at)
-
-
-async def _read_json_capped(response: httpx.Response) -> Any:
-    """The answer's JSON, read up to :data:`MAX_ANSWER_BYTES` (None when not JSON)."""
-    raw = bytearray()
-    async for chunk in response.aiter_bytes():
-        raw += chunk
-        if len(raw) > MAX_ANSWER_BYTES:
-            raise Refused(response.status_code, "answer too large")
-    try:
-        return json.loads(raw) if raw else None
-    except ValueError:
-        return None
-
-
-@attrs.frozen
-class _Answer:
-    """One answer: its status, decoded JSON body (None when not JSON) and ``Retry-After``."""
-
-    status: int
-    body: Any
-    retry_after: float | None
-
-    @classmethod
-    def of(cls, response: httpx.Response, body: Any) -> _Answer:
-        return cls(
-            response.status_code, body, parse_retry_after(response.headers.get("retry-after"))
-        )
-
-
-class _ServerError(Exception):
-    """A 5xx answer (retryable where the call allows it, after its ``Retry-After``)."""
-
-    def __init__(self, status: int, detail: str, retry_after: float | None) -> None:
-        super().__init__(f"HTTP {status}: {detail}")
-        self.status = status
-        self.detail = detail
-        self.retry_after = retry_after
-
-
-def _retry_after(error: Exception) -> float:
-    """The least wait before another try after ``error``: a 5xx's ``Retry-After``, else 0."""
-    return (error.retry_after or 0.0) if isinstance(error, _ServerError) else 0.0
-
-
-def _unreachable(error: Exception) -> Unreachable:
-    """The :class:`Unreachable` of a last network error or 5xx (its ``Retry-After`` kept)."""
-    retry_after = error.retry_after if isinstance(error, _ServerError) else None
-    return Unreachable(_why(error), retry_after=retry_after)
-
-
-def _why(exc: BaseException) -> str:
-    """A one-line reason without the request (never a header, so never the key)."""
-    if isinstance(exc, _ServerError):
-        return str(exc)
-    text = " ".join(str(exc).split())[:200]
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        return PostAnswer(200, result, next=None if carried is None else carried_lease(carried))

@@ -56,7 +56,8 @@ from hypertrain.node.errors import IdentityError, NodeFatal, NodeFileError
 from hypertrain.node.identity import coordinator_url
 from hypertrain.node.nodefile import node_dir
 from hypertrain.node.probe import probe_machine
-from hypertrain.node.runner import NodeRunner, NodeStatistics, Probed, RunnerSettings, Score
+from hypertrain.node.runner import NodeRunner
+from hypertrain.node.runner_types import NodeStatistics, Probed, RunnerSettings, Score
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import Malformed
 from hypertrain.scoring.sandbox import run_scorer

@@ -57,17 +57,16 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Final, Literal
+from typing import Literal
 
 import attrs
 import trio
-from cattrs.gen import override
 
 from hypertrain.compute.keys import is_node_key
 from hypertrain.compute.wire import LeaseAnswer, LeaseGrant, LeaseRequest
-from hypertrain.node.cache import DEFAULT_MAX_BYTES, InputCache
+from hypertrain.node.cache import InputCache
 from hypertrain.node.client import NodeClient
 from hypertrain.node.errors import (
     BadOffer,
@@ -82,102 +81,23 @@ from hypertrain.node.errors import (
 from hypertrain.node.identity import choose_key, origin_of
 from hypertrain.node.nodefile import NodeRecord, load_record, save_record
 from hypertrain.node.offer import describe, fit, result_post
+from hypertrain.node.runner_types import (
+    DEFAULT_SETTINGS,
+    LastJob,
+    NodeStatistics,
+    Probe,
+    Probed,
+    RunnerSettings,
+    Say,
+    Score,
+    Turn,
+    download_bound,
+)
 from hypertrain.scoring.outcome import ScoreOutcome
 from hypertrain.scoring.registry import REGISTRY, Challenge
 from nurseries import Backoff, WallClock, next_delay
 
-__all__ = [
-    "CAPABILITY_REFRESH",
-    "DEFAULT_SETTINGS",
-    "LastJob",
-    "NodeRunner",
-    "NodeStatistics",
-    "Probed",
-    "RunnerSettings",
-    "Score",
-    "Turn",
-    "download_bound",
-]
-
-CAPABILITY_REFRESH: Final = 600.0
-"""Seconds after which the next loop turn probes the machine again (node document)."""
-
-Turn = Literal["empty", "posted", "skipped", "abandoned", "disabled"]
-
-
-@attrs.frozen
-class Probed:
-    """What a probe found: the hardware class, capability ids, and the tools' one-liner."""
-
-    hardware: str
-    capabilities: tuple[str, ...]
-    described: str
-
-
-Probe = Callable[[], Awaitable[Probed]]
-Score = Callable[[Challenge, Mapping[str, Path]], Awaitable[ScoreOutcome]]
-Say = Callable[[str], None]
-
-
-@attrs.frozen(kw_only=True)
-class RunnerSettings:
-    """The loop's named timings (seconds)."""
-
-    capability_refresh: float = CAPABILITY_REFRESH
-    backoff_start: float = 1.0
-    backoff_cap: float = 60.0
-    min_poll_interval: float = 1.0
-    """Least time between the starts of two lease polls."""
-    disabled_min_wait: float = 5.0
-    disabled_recheck: float = 600.0
-    """Longest single sleep while disabled; the lease is asked again after it."""
-    input_timeout: float = 600.0
-    """All of a job's inputs must be in the cache within this (and within
-    :func:`download_bound`)."""
-    cache_max_bytes: int = DEFAULT_MAX_BYTES
-    """The input cache's size bound (``--cache-max-mb``)."""
-    lease_wait_ms: int | None = None
-    """``wait_ms`` of the lease poll; None: the server's default (25 s)."""
-
-
-DEFAULT_SETTINGS: Final = RunnerSettings()
-
-
-def download_bound(offer: LeaseGrant, challenge: Challenge, now: float) -> float:
-    """Seconds the inputs of ``offer`` may take at wall time ``now`` (seconds): what is left of
-    the lease once the scorer's kill time (the registry's, which the sandbox enforces) is kept
-    for scoring; zero or less when nothing is left."""
-    return (offer.deadline_ms - challenge.kill_after_ms) / 1000 - now
-
-
-@attrs.frozen
-class LastJob:
-    id: str
-    challenge: str
-    ok: bool
-    wall_ms: int
-    posted: str
-
-
-_SHOWN = override(omit_if_default=False)
-
-
-@attrs.frozen
-class NodeStatistics:
-    """Counters for the volunteer and the ``--json`` summary (its JSON is the converter's, with
-    ``null`` for what is not known yet)."""
-
-    node_id: Annotated[str | None, _SHOWN]
-    handle: Annotated[str | None, _SHOWN]
-    jobs: int
-    """Jobs scored."""
-    posted: int
-    """Results the coordinator answered (200, 409 or 410)."""
-    accepted: int
-    """Results answered 200."""
-    skipped: int
-    abandoned: int
-    last_job: Annotated[LastJob | None, _SHOWN]
+__all__ = ["NodeRunner"]
 
 
 class NodeRunner:
@@ -353,11 +273,7 @@ class NodeRunner:
             self._say(f"disabled until {e.reenable_at} ({e.detail}){waiting}")
         if once:
             return
-        wait = min(
-            self.settings.disabled_recheck,
-            max(self.settings.disabled_min_wait, (e.reenable_at_ms - now_ms) / 1000),
-        )
-        await trio.sleep(wait)
+        await trio.sleep(self.settings.disabled_wait((e.reenable_at_ms - now_ms) / 1000))
 
     # -- one job -------------------------------------------------------------------------
 
@@ -435,18 +351,18 @@ class NodeRunner:
                 offer.copy_id, post, deadline=self._lease_deadline(offer)
             )
         except Unreachable:
-            self._record(offer, outcome, "not delivered")
+            self._last_job = LastJob.of(offer, outcome, "not delivered")
             self._say(f"job {label}: {done} -> not delivered")
             raise
         except Unauthorized as e:
             raise NodeFatal(f"the coordinator no longer knows this node's key: {e}") from e
         except Refused as e:
-            self._record(offer, outcome, f"refused: {e}")
+            self._last_job = LastJob.of(offer, outcome, f"refused: {e}")
             self._say(f"job {label}: {done} -> refused ({e})")
             return "abandoned"
         self._counts["posted"] += 1
         self._counts["accepted"] += answer.accepted
-        self._record(offer, outcome, answer.describe())
+        self._last_job = LastJob.of(offer, outcome, answer.describe())
         c = self._counts
         self._say(
             f"job {label}: {done} -> {answer.describe()}"
@@ -481,8 +397,3 @@ class NodeRunner:
     def _lease_deadline(self, offer: LeaseGrant) -> float:
         """The lease's ``deadline_ms`` (wall clock) as a Trio time: the retries' bound."""
         return trio.current_time() + (offer.deadline_ms - self._wall.now() * 1000) / 1000
-
-    def _record(self, offer: LeaseGrant, outcome: ScoreOutcome, posted: str) -> None:
-        self._last_job = LastJob(
-            offer.copy_id, offer.challenge, outcome.ok, outcome.wall_ms, posted
-        )

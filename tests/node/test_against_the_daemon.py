@@ -25,7 +25,8 @@ import trio.testing
 
 from hypertrain.node.client import NodeClient
 from hypertrain.node.nodefile import load_record
-from hypertrain.node.runner import NodeRunner, Probed
+from hypertrain.node.runner import NodeRunner
+from hypertrain.node.runner_types import Probed
 from hypertrain.protocol.manifest import RunManifest
 from hypertrain.scoring.outcome import ScoreOutcome
 from hypertrain.scoring.registry import Challenge

@@ -20,7 +20,8 @@ from hypertrain.compute.model import iso_ms
 from hypertrain.node.client import NodeClient
 from hypertrain.node.errors import IdentityError
 from hypertrain.node.nodefile import NodeRecord, load_record, save_record
-from hypertrain.node.runner import NodeRunner, Probed, RunnerSettings
+from hypertrain.node.runner import NodeRunner
+from hypertrain.node.runner_types import Probed, RunnerSettings
 from hypertrain.scoring.outcome import ScoreOutcome
 from hypertrain.scoring.registry import Challenge
 from tests.node.fake import DELTA_LOSS_FILES, EPOCH, URL, FakeCoordinator
