@@ -337,15 +337,24 @@ class NodeClient:
         request (``post.next``) waits as a lease poll does (:attr:`NodeTimeouts.lease_read`);
         the lease's answer is :attr:`PostAnswer.next`. A coordinator that refuses the field
         (400 ``unknown field(s) 'next'``: nothing was applied) gets the post again without it,
-        and :attr:`next_in_results` is False from then on."""
+        and :attr:`next_in_results` is False from then on. A retry (the answer was lost: the
+        first try may have been taken, and its lease with it) carries no ``next``: it gets the
+        result's first answer, and never takes a second lease."""
         body = unstructure(post)
         if len(json.dumps(body).encode()) > BODY_LIMIT:
             raise Refused(413, f"the result is over {BODY_LIMIT} bytes; not sent")
         path = f"/v1/compute/jobs/{_segment(copy_id)}/result"
-        read = None if post.next is None else self.timeouts.lease_read
+        plain = unstructure(attrs.evolve(post, next=None))
+        tries = 0
 
         async def call() -> RawAnswer:
-            return await self._send("POST", path, body=body, auth=True, read=read)
+            nonlocal tries
+            tries += 1
+            if tries == 1 and post.next is not None:  # held as a lease poll is
+                return await self._send(
+                    "POST", path, body=body, auth=True, read=self.timeouts.lease_read
+                )
+            return await self._send("POST", path, body=plain, auth=True)
 
         answer = await self._retrying(call, retry_on=(httpx.TransportError,), deadline=deadline)
         status = answer.status

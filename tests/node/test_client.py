@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 from hypertrain.compute.keys import mint_key
-from hypertrain.compute.wire import InputFile, ResultPost
+from hypertrain.compute.wire import InputFile, LeaseRequest, ResultPost
 from hypertrain.node.cache import InputCache
 from hypertrain.node.client import RETRY_BUDGET, NodeClient
 from hypertrain.node.errors import BadOffer, IdentityError, InputMismatch, Refused, Unreachable
@@ -105,6 +105,28 @@ async def test_the_result_post_retries_network_errors_only(
     async with _client(_result_handler([], seen)) as client:
         with pytest.raises(Refused, match="over 65536 bytes"):
             await client.post_result("j1.1", ResultPost(lease="lt_x", ok=False, error="x" * 70_000))
+
+
+async def test_a_result_post_retried_after_a_lost_answer_carries_no_next_lease(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The first try may have been taken with its lease: the retry asks for the result's
+    answer only, so no second copy is leased to this node (and left to expire)."""
+    bodies: list[dict[str, object]] = []
+    respond = _result_handler([httpx.ReadTimeout], [])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return respond(request)
+
+    carrying = ResultPost(
+        lease="lt_x", ok=True, result={}, next=LeaseRequest(capabilities=["delta-loss"])
+    )
+    async with _client(handler) as client:
+        answer = await client.post_result("j1.1", carrying)
+    assert (answer.accepted, answer.next) == (True, None)
+    assert ["next" in body for body in bodies] == [True, False]
+    assert bodies[1] == {k: v for k, v in bodies[0].items() if k != "next"}
 
 
 async def test_a_mint_is_not_repeated_once_the_request_may_have_arrived(
