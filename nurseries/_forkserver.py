@@ -30,8 +30,9 @@ the CPU a process has used since it was forked, is set once the request is there
 A program may give `serve_forks` a ``prepare_spare`` function, which each spare forked ahead
 runs once before it waits (after promises 1 and 2): trusted work with no job's data, typically
 a warm-up pass that makes the pages a job will write the spare's own (each would otherwise be
-copied, a page fault, at the job's first write); its CPU counts towards the job's limit, and a
-request that comes meanwhile waits for it to end. When no spare is ready (a request while
+copied, a page fault, at the job's first write); its CPU counts towards the job's limit, a
+request that comes meanwhile waits for it to end, and any descriptor it leaves open is closed
+before the wait (promise 1 holds whatever it does). When no spare is ready (a request while
 another job runs, a failed fork) the server forks one on the spot, which skips
 ``prepare_spare`` (its job is already waiting); a spare that died is replaced by a fresh fork,
 once. A spare leaves when its socket reaches end-of-file (the server ended) or when the
@@ -197,10 +198,12 @@ def _spare(
     try:
         os.setsid()
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        _close_all_but(channel.fileno(), *(() if lifeline is None else (lifeline,)))
+        kept = (channel.fileno(), *(() if lifeline is None else (lifeline,)))
+        _close_all_but(*kept)
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
         _prepare(prepare_spare)
+        _close_all_but(*kept)  # whatever the preparing left open never reaches the job
         request, fds = _await_request(channel, lifeline, lifeline_exit)
         _become_job(request, fds)
         if lifeline is not None:

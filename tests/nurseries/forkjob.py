@@ -6,8 +6,8 @@ ways, ``sleep-said`` writes its pid to the FIFO its environment names (``PID_FIF
 sleeps, the others misbehave in one way each.
 
 Each spare forked ahead runs :func:`_prepare` (``prepare_spare``): it notes its pid, which
-``report`` then shows as ``prepared``; with ``FORKJOB_PREPARE=raise`` in the server's
-environment it raises instead.
+``report`` then shows as ``prepared``, and leaves a descriptor open (the job must not see it);
+with ``FORKJOB_PREPARE=raise`` in the server's environment it raises instead.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ def _prepare() -> None:
     if os.environ.get("FORKJOB_PREPARE") == "raise":
         raise ValueError("preparing failed on purpose")
     _prepared_in = os.getpid()
+    os.open(os.devnull, os.O_WRONLY)  # left open on purpose: the job must not get it
 
 
 def _report() -> None:
