@@ -42,7 +42,7 @@ from hypertrain.compute.jobs import queued_event
 from hypertrain.compute.keys import secret_matches
 from hypertrain.compute.ledger import set_verdict
 from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event, Job, Node, iso_ms
-from hypertrain.compute.nodes import get_node
+from hypertrain.compute.nodes import get_node, normalise_capabilities, normalise_hardware
 from hypertrain.compute.rows import Copy, counted, get_copy, get_job
 from hypertrain.compute.rules import decide, judge
 from hypertrain.compute.transitions import apply_decision, expire_copy, queue_copy
@@ -55,7 +55,7 @@ from hypertrain.compute.wire import (
     ResultStatus,
 )
 from hypertrain.protocol.converter import structure, unstructure
-from hypertrain.protocol.errors import Conflict, Forbidden
+from hypertrain.protocol.errors import Conflict, Forbidden, Malformed
 from hypertrain.scoring.registry import Challenge, get_challenge
 
 __all__ = ["GONE", "Checked", "Submitted", "check_result", "submit_result", "take_result"]
@@ -120,6 +120,12 @@ def check_result(conn: sqlite3.Connection, node: Node, copy_id: str, body: objec
     job = get_job(conn, copy.job_id)
     challenge = get_challenge(job.challenge)
     posted = structure(ResultPost, body)
+    if posted.next is not None:  # what the lease would refuse, refused before the result is
+        try:
+            normalise_capabilities(posted.next.capabilities)
+            normalise_hardware(posted.next.hardware)
+        except Malformed as e:
+            raise Malformed(f"ResultPost body: $.next.{e.detail}") from e
     answer = answer_of(challenge, posted)
     if copy.token_hash is None or not secret_matches(posted.lease, copy.token_hash):
         raise Forbidden(f"the lease token is not the one of copy {copy_id}")

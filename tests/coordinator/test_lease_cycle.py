@@ -203,7 +203,14 @@ async def test_a_bad_next_request_is_400_naming_it_and_applies_nothing(
         before = await handle.ctx.db.read(_copies)
         refused = [
             await _post_next(client, a, job, next_=bad)
-            for bad in ({**NEXT, "wait_ms": 25_001}, {**NEXT, "waitMs": 1}, [], "x")
+            for bad in (
+                {**NEXT, "wait_ms": 25_001},
+                {**NEXT, "waitMs": 1},
+                [],
+                "x",
+                {**NEXT, "capabilities": ["Delta-Loss"]},
+                {**NEXT, "hardware": "x" * 1000},
+            )
         ]
         after = await handle.ctx.db.read(_copies)
         counted = await _post_next(client, a, job)
@@ -213,7 +220,10 @@ async def test_a_bad_next_request_is_400_naming_it_and_applies_nothing(
         (400, "ResultPost body: $.next: unknown field(s) 'waitMs'"),
         (400, "ResultPost body: $.next: expected an object, got an array"),
         (400, "ResultPost body: $.next: expected an object, got a string"),
+        (400, "ResultPost body: $.next.capabilities: each id is [a-z0-9][a-z0-9._-]{0,63}"),
+        (400, details[5][1]),
     ]
+    assert details[5][1].startswith("ResultPost body: $.next.hardware: ")
     assert details[0][1].startswith("ResultPost body: $.next.wait_ms: ")
     assert after == before
     assert counted.json()["next"]["job"] is not None
