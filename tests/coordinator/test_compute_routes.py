@@ -422,6 +422,26 @@ async def test_a_busy_copy_given_back_wakes_a_held_lease_poll_at_once(
     assert at == released_at
 
 
+@asynccontextmanager
+async def _held_polls(
+    client: httpx.AsyncClient, nodes: list[dict[str, Any]]
+) -> AsyncIterator[tuple[dict[int, tuple[float, Any]], float]]:
+    """One lease poll per node, started 0.5 s apart (poll 0 waits longest), held in the block;
+    yields the answers as they come (``i -> (time, job)``) and the first poll's start."""
+    answered: dict[int, tuple[float, Any]] = {}
+    async with trio.open_nursery() as nursery:
+
+        async def poll(i: int) -> None:
+            response = await _lease(client, nodes[i])
+            answered[i] = (trio.current_time(), response.json()["job"])
+
+        start = trio.current_time()
+        for i in range(len(nodes)):
+            nursery.start_soon(poll, i)
+            await trio.sleep(0.5)
+        yield answered, start
+
+
 async def test_a_new_step_wakes_two_held_polls_the_longest_waiting_first(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -429,17 +449,7 @@ async def test_a_new_step_wakes_two_held_polls_the_longest_waiting_first(
     waited longest), not all ten: the other eight stay held to the end of their 25 s."""
     async with _daemon(tmp_path, Fallbacks()) as (handle, client):
         nodes = [await _node(client) for _ in range(10)]
-        answered: dict[int, tuple[float, Any]] = {}
-        async with trio.open_nursery() as nursery:
-
-            async def poll(i: int) -> None:
-                response = await _lease(client, nodes[i])
-                answered[i] = (trio.current_time(), response.json()["job"])
-
-            start = trio.current_time()
-            for i in range(10):
-                nursery.start_soon(poll, i)
-                await trio.sleep(0.5)  # poll 0 waits longest
+        async with _held_polls(client, nodes) as (answered, start):
             assert handle.ctx.compute.waiter.waiting(WORK) == 10
             await _enqueue(handle, "x")
             enqueued = trio.current_time()
@@ -639,17 +649,7 @@ async def test_a_new_step_is_handed_to_the_two_longest_held_polls_in_its_own_tra
     async with _daemon(tmp_path, Fallbacks()) as (handle, client):
         nodes = [await _node(client) for _ in range(10)]
         files = await _stand_in_inputs(handle, "x")
-        answered: dict[int, tuple[float, Any]] = {}
-        async with trio.open_nursery() as nursery:
-
-            async def poll(i: int) -> None:
-                response = await _lease(client, nodes[i])
-                answered[i] = (trio.current_time(), response.json()["job"])
-
-            start = trio.current_time()
-            for i in range(10):
-                nursery.start_soon(poll, i)
-                await trio.sleep(0.5)  # poll 0 waits longest
+        async with _held_polls(client, nodes) as (answered, start):
             writes = handle.ctx.db.statistics().writes
             job_id = await _enqueue_through_hub(handle, "x", files)
             assert handle.ctx.db.statistics().writes == writes + 1
