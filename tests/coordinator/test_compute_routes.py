@@ -72,18 +72,7 @@ async def _enqueue(handle: DaemonHandle, label: str) -> str:
     for name in DELTA_LOSS.inputs:
         info = await ctx.objects.put_bytes(f"{label}:{name}".encode())
         inputs.append({"name": name, "sha256": info.sha256, "size": info.size})
-    job_id, events = await ctx.db.write(
-        partial(
-            enqueue_step,
-            challenge_id=DELTA_LOSS.id,
-            subject={"label": label},
-            step="public",
-            inputs=inputs,
-            now_ms=int(ctx.wall.now() * 1000),
-            wait_ms=ctx.compute.settings.wait_ms,
-            settings=ctx.compute.settings,
-        )
-    )
+    job_id, events = await ctx.db.write(_step(handle, label, inputs))
     ctx.compute.publish(events)
     return job_id
 
@@ -607,21 +596,25 @@ async def test_a_malformed_benchmark_body_is_400_naming_the_field(
     assert nothing.status_code == 409  # well formed: no run is running here
 
 
+def _step(handle: DaemonHandle, label: str, inputs: list[Any]) -> Any:
+    """The transaction that enqueues a delta-loss step labelled ``label`` over ``inputs``."""
+    ctx = handle.ctx
+    return partial(
+        enqueue_step,
+        challenge_id=DELTA_LOSS.id,
+        subject={"label": label},
+        step="public",
+        inputs=inputs,
+        now_ms=int(ctx.wall.now() * 1000),
+        wait_ms=ctx.compute.settings.wait_ms,
+        settings=ctx.compute.settings,
+    )
+
+
 async def _enqueue_through_hub(handle: DaemonHandle, label: str, inputs: list[Any]) -> str:
     """A delta-loss step enqueued as the daemon's own producers do (``ComputeHub.write``)."""
     ctx = handle.ctx
-    job_id, _ = await ctx.compute.write(
-        partial(
-            enqueue_step,
-            challenge_id=DELTA_LOSS.id,
-            subject={"label": label},
-            step="public",
-            inputs=inputs,
-            now_ms=int(ctx.wall.now() * 1000),
-            wait_ms=ctx.compute.settings.wait_ms,
-            settings=ctx.compute.settings,
-        )
-    )
+    job_id, _ = await ctx.compute.write(_step(handle, label, inputs))
     return job_id
 
 
