@@ -31,7 +31,6 @@ import trio
 from hypertrain.coordinator.flows.compactjson import COMPACT_JSON
 
 __all__ = [
-    "COMPACT_JSON",
     "DEFAULT_SUBSCRIBER_CAPACITY",
     "EventHub",
     "EventHubStatistics",
