@@ -139,3 +139,22 @@ def test_the_program_starts_without_importing_torch() -> None:
         [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=False
     )
     assert (result.returncode, result.stdout) == (0, "False\n"), result.stderr
+
+
+def test_the_daemon_does_not_import_the_test_tools() -> None:
+    """The program imports neither ``trio.testing`` nor pytest (which ``trio.testing`` imports
+    when it is installed): a production install pays for neither, and a bad flag answers fast."""
+    probe = (
+        "import sys, hypertrain.daemon.main;"
+        " print(sorted({'pytest', 'trio.testing'} & set(sys.modules)))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert result.stdout.strip() == "[]"
