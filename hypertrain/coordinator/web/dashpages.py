@@ -73,7 +73,10 @@ def _table(head: Sequence[str], rows: Iterable[str], body_id: str, empty: str) -
         f'<th class="num">{name[1:]}</th>' if name.startswith("#") else f"<th>{name}</th>"
         for name in head
     )
-    body = "".join(rows) or f'<tr><td colspan="{len(head)}" class="muted">{empty}</td></tr>'
+    body = (
+        "".join(rows)
+        or f'<tr class="empty"><td colspan="{len(head)}" class="muted">{empty}</td></tr>'
+    )
     return f'<table><thead><tr>{cells}</tr></thead><tbody id="{body_id}">{body}</tbody></table>'
 
 

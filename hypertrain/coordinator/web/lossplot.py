@@ -55,7 +55,7 @@ def loss_chart(points: Sequence[tuple[int, float]]) -> str:
     xy = [
         (
             _scale(float(t), t_low, t_high, _LEFT, width),
-            _scale(loss, y_high, y_low, _TOP, height),
+            _TOP + height - _scale(loss, y_low, y_high, 0, height),  # lower losses lower
         )
         for t, loss in shown
     ]
