@@ -1,7 +1,8 @@
 """The run dashboard's pages in process, as a browser with JavaScript off gets them: the runs at
 ``/``, one run at ``/runs/{id}`` with its rounds (a page, newest first), the loss chart's points,
-the miners; hostile text from the database escaped; a 404 page naming an unknown run; paging
-links and a 400 page naming a bad parameter."""
+the miners; hostile text from the database escaped; a 404 page naming an unknown run (the
+house's JSON ``{detail}`` for a client that does not ask for HTML); paging links and a 400 page
+naming a bad parameter."""
 
 from __future__ import annotations
 
@@ -56,8 +57,11 @@ async def _rounds(h: Harness, run_id: str) -> None:
     await h.ctx.db.write(write)
 
 
+BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+
+
 async def _page(flow: Flow, path: str, status: int = 200) -> str:
-    r: httpx.Response = await flow.h.client.get(path)
+    r: httpx.Response = await flow.h.client.get(path, headers={"Accept": BROWSER_ACCEPT})
     assert r.status_code == status, r.text
     assert r.headers["content-type"] == "text/html; charset=utf-8"
     return r.text
@@ -160,9 +164,13 @@ async def test_unknown_runs_and_bad_pages_get_a_page_naming_the_problem(
         hostile = await _page(flow, "/runs/%3Cscript%3Ex", 404)
         too_many = await _page(flow, f"/runs/{flow.run_id}?limit={ROUNDS_MAX + 1}", 400)
         negative = await _page(flow, f"/runs/{flow.run_id}?offset=-1", 400)
+        plain = await h.client.get("/runs/" + "ab" * 32)  # Accept: */*, a JSON client
 
     assert re.search(r'<p class="bad" id="detail">[^<]*' + "ab" * 32, missing)
     assert "<script>x" not in hostile
     assert "&lt;script&gt;x" in hostile
     assert f"limit: expected an integer from 1 to {ROUNDS_MAX}" in too_many
     assert "offset" in re.search(r'id="detail">([^<]*)<', negative)[1]  # type: ignore[index]
+    assert plain.status_code == 404
+    assert plain.headers["content-type"].startswith("application/json")
+    assert "ab" * 32 in plain.json()["detail"]

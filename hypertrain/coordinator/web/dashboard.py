@@ -11,10 +11,12 @@ Each page is one read transaction of the pure read functions the JSON views use
 (:func:`~hypertrain.coordinator.flows.runview.runs_list`,
 :func:`~hypertrain.coordinator.flows.dashboard.run_board`), plus, for the miners shown, the
 ledger's balances when the daemon holds a ledger. Rendering is :mod:`.dashpages` (pure). An
-unknown run is a 404 page naming it; a bad ``offset`` or ``limit`` a 400 page naming the
-parameter (the JSON views' :func:`~hypertrain.coordinator.flows.pages.page_of` rules, with a
-smaller ``limit``). The pages keep themselves live over ``/v1/events`` with their inline
-script (:mod:`.livescript`), fetching the page again at most once per beacon period.
+unknown run is a 404 naming it; a bad ``offset`` or ``limit`` a 400 naming the parameter (the
+JSON views' :func:`~hypertrain.coordinator.flows.pages.page_of` rules, with a smaller
+``limit``): an HTML page for a client that prefers ``text/html`` (browsers), else the house's
+JSON ``{"detail": ...}`` like every other route. The pages keep themselves live over
+``/v1/events`` with their inline script (:mod:`.livescript`), fetching the page again at most
+once per beacon period.
 """
 
 from __future__ import annotations
@@ -55,6 +57,12 @@ def _page() -> Page:
     return page
 
 
+def _wants_html() -> bool:
+    """Whether the client prefers HTML to JSON (a browser's ``Accept``; ``*/*`` does not)."""
+    best = request.accept_mimetypes.best_match(["application/json", "text/html"])
+    return bool(best == "text/html")
+
+
 def _html(text: str, status: int = 200) -> Response:
     return Response(text, status=status, content_type=_HTML, headers={"Cache-Control": "no-cache"})
 
@@ -81,6 +89,8 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 partial(run_board, chain=ctx.chain, clock=clock), run_id, page
             )
         except ProtocolError as e:
+            if not _wants_html():
+                raise  # the house's JSON {detail} answer (web.http)
             return _html(error_page(e.status, e.detail), e.status)
         miners = [str(m["hotkey"]) for m in (board.newest or {}).get("miners") or []]
         return _html(run_page(board, balances(miners), period_ms=period_ms))
