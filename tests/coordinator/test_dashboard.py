@@ -9,6 +9,8 @@ from __future__ import annotations
 import html
 import re
 import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -57,6 +59,15 @@ async def _rounds(h: Harness, run_id: str) -> None:
     await h.ctx.db.write(write)
 
 
+@asynccontextmanager
+async def _open_board(tmp_path: Path) -> AsyncIterator[Flow]:
+    """A running run (round 0 open, two miners) with the rounds of :func:`_rounds`."""
+    async with open_runs(tmp_path) as h:
+        flow = await open_flow(h)
+        await _rounds(h, flow.run_id)
+        yield flow
+
+
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 
 
@@ -92,9 +103,7 @@ def _points(page: str) -> list[tuple[int, float]]:
 async def test_the_run_page_shows_rounds_chart_and_miners_without_javascript(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with open_runs(tmp_path) as h:
-        flow = await open_flow(h)
-        await _rounds(h, flow.run_id)
+    async with _open_board(tmp_path) as flow:
         page = await _page(flow, f"/runs/{flow.run_id}")
 
     rounds = _tbody(page, "rounds")
@@ -116,9 +125,7 @@ async def test_the_run_page_shows_rounds_chart_and_miners_without_javascript(
 async def test_older_pages_hold_the_merged_rounds_and_the_loss_chart(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with open_runs(tmp_path) as h:
-        flow = await open_flow(h)
-        await _rounds(h, flow.run_id)
+    async with _open_board(tmp_path) as flow:
         first = await _page(flow, f"/runs/{flow.run_id}")
         older = re.search(r'<a href="([^"]+)" rel="next">older</a>', first)
         assert older is not None
