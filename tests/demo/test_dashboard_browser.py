@@ -8,7 +8,8 @@ separate processes on 127.0.0.1. Debian's ``chromium`` (headless), driven by Pla
 ``/runs/{id}`` as soon as the run exists, before any round; then waits, bounded, until the
 rounds table and the loss chart grew over the page's ``/v1/events`` stream (the page is never
 reloaded: ``#live``'s ``data-updates`` counts the script's swaps) and ``/compute``'s Events
-section filled. Screenshots of both go under the test's ``tmp_path``.
+section filled; a second context with JavaScript off gets the same page complete. Screenshots
+of both go under the test's ``tmp_path``.
 
 Without chromium or Playwright the test skips, saying which is missing; with
 ``HYPERTRAIN_REQUIRE_BROWSER=1`` (``.ci/run`` sets it) a missing browser fails it instead.
@@ -184,6 +185,11 @@ def test_the_dashboard_and_compute_pages_fill_live_in_chromium(
             rounds = page.inner_text("#rounds")
             status = page.inner_text("#live-status")
             page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
+            static = browser.new_context(java_script_enabled=False).new_page()
+            static.goto(f"{url}/runs/{run_id}")
+            static_rows = static.locator("#rounds tr:not(.empty)").count()
+            static_points = static.locator("#loss-chart circle.pt").count()
+            static_status = static.inner_text("#live-status")
             compute.wait_for_function(
                 '() => document.getElementById("events").childElementCount > 0',
                 timeout=ROUNDS_SECONDS * 1000,
@@ -197,6 +203,10 @@ def test_the_dashboard_and_compute_pages_fill_live_in_chromium(
     assert after["points"] > before["points"], (before, after)
     assert re.search(r"^1\s", rounds, re.M), rounds  # round 1 arrived
     assert status.startswith("live: "), status
+    # With JavaScript off the same page is complete, as the server rendered it.
+    assert static_rows >= after["rows"], (static_rows, after)
+    assert static_points >= after["points"], (static_points, after)
+    assert static_status.startswith("static page"), static_status
     assert (tmp_path / "dashboard.png").stat().st_size > 0
     assert (tmp_path / "compute.png").stat().st_size > 0
     if keep := os.environ.get("HYPERTRAIN_KEEP_SCREENSHOTS"):
