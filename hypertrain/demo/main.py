@@ -13,7 +13,9 @@ What it does, in order (every wait bounded; the files are described in
    empty, kept) with fresh tokens, an owner key and K_coord;
 2. ``hypertrain-daemon`` as a child process on 127.0.0.1 (``--port``, default any free port)
    with its own local beacon chain of one-second rounds; its URL is the first line printed,
-   ``daemon: http://127.0.0.1:PORT``, so nodes, dashboards and curl can join;
+   ``daemon: http://127.0.0.1:PORT``, so nodes, dashboards and curl can join, and the second
+   the run dashboard's (``dashboard: http://127.0.0.1:PORT/``, :mod:`hypertrain.coordinator.
+   web.dashboard`);
 3. the dataset, built from the default corpus (the standard library's sources) and pinned into
    the daemon's object store; the holdout split stays on disk, where the daemon evaluates
    every merged theta on it (``HYPERTRAIN_HOLDOUT_DIR``);
@@ -626,6 +628,7 @@ async def run_demo(options: DemoOptions, say: Say = _say) -> int:
             with trio.fail_after(STARTUP_SECONDS):
                 daemon, url = await _start_daemon(children, ws, options.port, options.nodes)
             say(f"daemon: {url}")
+            say(f"dashboard: {url}/")
             kept = "kept" if options.keep else "removed at the end; --keep DIR keeps them"
             say(f"demo: files in {root} ({kept}); daemon log {ws.daemon_log}")
             async with httpx.AsyncClient(base_url=url, timeout=HTTP_TIMEOUT) as client:

@@ -89,6 +89,7 @@ def test_the_demo_applies_two_rounds_catches_its_honeypot_and_the_loss_falls(
     out = done.stdout.splitlines()
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.fullmatch(r"daemon: http://127\.0\.0\.1:\d+", out[0]), out[:3]
+    assert out[1] == f"dashboard: {out[0].removeprefix('daemon: ')}/", out[:3]
     header = "round  state          uploaded  update norm  clipped  held-out loss"
     assert f"{header}  scored agree/3rd/fb  audits sel/rep/caught" in out
     row = re.compile(

@@ -33,6 +33,7 @@ from hypertrain.coordinator.web import (
     beacon,
     checkpoints,
     compute,
+    dashboard,
     datasets,
     disputes,
     events,
@@ -114,6 +115,7 @@ ROUTE_MODULES: Final[tuple[Register, ...]] = (
     disputes.register,
     ledger.register,
     checkpoints.register,
+    dashboard.register,
 )
 """The ``register`` functions ``create_app`` calls, in order."""
 
