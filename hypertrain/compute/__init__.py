@@ -10,7 +10,7 @@ Store functions (each the body of ONE ``db.write``/``db.read`` transaction; each
 time ``now_ms`` from its caller and returns the events to publish as ``(kind, payload)``):
 :func:`register_node`, :func:`authenticate` (:mod:`.nodes`); :func:`enqueue_step`,
 :func:`job_scores`, :func:`jobs_of_subjects`, :func:`pending_fallbacks` (:mod:`.jobs`);
-:func:`lease`, :func:`hand_out` (:mod:`.leases`);
+:func:`lease`, :func:`hand_out`, :func:`return_unsent` (:mod:`.leases`);
 :func:`submit_result` (:mod:`.results`); :func:`expire_due`, :func:`fallback_due`,
 :func:`next_deadline_ms`, :func:`lease_due_ms`, :func:`wait_due_ms` (:mod:`.timers`);
 :func:`settle_trusted` (:mod:`.fallback`);
@@ -39,7 +39,7 @@ from hypertrain.compute.keys import (
     secret_hash,
     secret_matches,
 )
-from hypertrain.compute.leases import LeaseAsk, eligible_challenges, hand_out, lease
+from hypertrain.compute.leases import LeaseAsk, eligible_challenges, hand_out, lease, return_unsent
 from hypertrain.compute.model import (
     DEFAULT_SETTINGS,
     EVENT_KINDS,
@@ -138,6 +138,7 @@ __all__ = [
     "parse_answer",
     "pending_fallbacks",
     "register_node",
+    "return_unsent",
     "secret_hash",
     "secret_matches",
     "settle_trusted",

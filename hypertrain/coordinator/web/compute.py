@@ -29,8 +29,10 @@ LeaseGrant}``) or ``wait_ms`` (default and at most :data:`~hypertrain.compute.wi
 LONG_POLL_MS`) passes (``{"job": null}``: never an instant empty answer unless the client asked
 for ``wait_ms = 0``); a copy queued meanwhile is leased to the longest-held poll by the
 transaction that queued it (:meth:`~hypertrain.coordinator.computehub.ComputeHub.write`). While
-the daemon stops: 503. A client that disconnects after the grant leaves the copy leased to
-nobody who will answer: it expires at its deadline, without a strike.
+the daemon stops: 503. A held poll whose client disconnected before its answer went out
+returns its copy to the queue at once (no strike; event ``returned``; :mod:`.leasepath`); a
+client that leaves after the answer was sent leaves the copy leased until its deadline, when
+it expires without a strike.
 
 Inputs: only the node holding the copy's lease, with its token, before the deadline (403
 otherwise, 404 unknown copy or name); every download of a hidden trace is logged and published
