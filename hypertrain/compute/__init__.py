@@ -14,7 +14,8 @@ time ``now_ms`` from its caller and returns the events to publish as ``(kind, pa
 :func:`submit_result` (:mod:`.results`); :func:`expire_due`, :func:`fallback_due`,
 :func:`next_deadline_ms`, :func:`lease_due_ms`, :func:`wait_due_ms` (:mod:`.timers`);
 :func:`settle_trusted` (:mod:`.fallback`);
-:func:`status` (:mod:`.status`). Tables: ``0008_compute.sql``.
+:func:`status` (:mod:`.status`); :func:`leaderboard_rows`, :func:`standing_of`
+(:mod:`.leaderboard`). Tables: ``0008_compute.sql`` (the leaderboard's index: ``0019``).
 
 Life of a step: ``enqueue_step`` -> two queued copies -> ``lease`` (two different nodes) ->
 ``submit_result`` x2 -> agreement (settled, both paid) | split (third copy, majority, minority
@@ -39,6 +40,7 @@ from hypertrain.compute.keys import (
     secret_hash,
     secret_matches,
 )
+from hypertrain.compute.leaderboard import Standing, leaderboard_rows, standing_of
 from hypertrain.compute.leases import LeaseAsk, eligible_challenges, hand_out, lease, return_unsent
 from hypertrain.compute.model import (
     DEFAULT_SETTINGS,
@@ -106,6 +108,7 @@ __all__ = [
     "Node",
     "ResultAnswer",
     "ResultPost",
+    "Standing",
     "Submitted",
     "Verdict",
     "agree",
@@ -126,6 +129,7 @@ __all__ = [
     "job_scores",
     "jobs_of_subjects",
     "judge",
+    "leaderboard_rows",
     "lease",
     "lease_due_ms",
     "mint_key",
@@ -142,6 +146,7 @@ __all__ = [
     "secret_hash",
     "secret_matches",
     "settle_trusted",
+    "standing_of",
     "status",
     "submit_result",
     "trace_event",
