@@ -40,7 +40,7 @@ from hypertrain.compute.keys import (
     secret_hash,
     secret_matches,
 )
-from hypertrain.compute.leaderboard import Standing, leaderboard_rows, standing_of
+from hypertrain.compute.leaderboard import leaderboard_rows, standing_of
 from hypertrain.compute.leases import LeaseAsk, eligible_challenges, hand_out, lease, return_unsent
 from hypertrain.compute.model import (
     DEFAULT_SETTINGS,
@@ -87,6 +87,7 @@ from hypertrain.compute.wire import (
     LeaseGrant,
     ResultAnswer,
     ResultPost,
+    Standing,
 )
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The compute leaderboard: nodes ranked by compute credits (``GET /v1/compute/leaderboard``).
 
-A node's row (:class:`Standing`, its JSON by :meth:`Standing.to_json`)::
+A node's row (:class:`~hypertrain.compute.wire.Standing`, through the one converter)::
 
     {"rank", "id", "handle", "compute_credits", "jobs_done", "strikes", "agreement_ppm",
      "last_seen"}
@@ -26,11 +26,10 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Final
 
-import attrs
-
+from hypertrain.compute.wire import Standing
 from hypertrain.protocol.errors import NotFound
 
-__all__ = ["PPM", "Standing", "leaderboard_rows", "standing_of"]
+__all__ = ["PPM", "agreement_ppm", "leaderboard_rows", "standing_of"]
 
 PPM: Final = 1_000_000
 
@@ -41,46 +40,23 @@ _ROW: Final = (
 )
 
 
-@attrs.frozen(kw_only=True)
-class Standing:
-    """One node's place on the leaderboard (module doc)."""
-
-    rank: int
-    node_id: str
-    handle: str
-    compute_credits: int
-    jobs_done: int
-    strikes: int
-    last_seen_ms: int
-
-    @property
-    def agreement_ppm(self) -> int | None:
-        judged = self.jobs_done + self.strikes
-        return None if judged == 0 else PPM * self.jobs_done // judged
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "id": self.node_id,
-            "handle": self.handle,
-            "compute_credits": self.compute_credits,
-            "jobs_done": self.jobs_done,
-            "strikes": self.strikes,
-            "agreement_ppm": self.agreement_ppm,
-            "last_seen": self.last_seen_ms,
-        }
+def agreement_ppm(jobs_done: int, strikes: int) -> int | None:
+    """Of ``jobs_done + strikes`` judged answers, the share that agreed, in ppm (module doc)."""
+    judged = jobs_done + strikes
+    return None if judged == 0 else PPM * jobs_done // judged
 
 
 def _standing(rank: int, row: tuple[Any, ...]) -> Standing:
     node_id, handle, credits, jobs, seen, strikes = row
     return Standing(
         rank=rank,
-        node_id=str(node_id),
+        id=str(node_id),
         handle=str(handle),
         compute_credits=int(credits),
         jobs_done=int(jobs),
         strikes=int(strikes),
-        last_seen_ms=int(seen),
+        agreement_ppm=agreement_ppm(int(jobs), int(strikes)),
+        last_seen=int(seen),
     )
 
 

@@ -47,6 +47,10 @@
   once (a scorer worker's process group is killed); a job in progress is not posted;
   :meth:`NodeRunner.statistics` still answers.
 - **Output**: one line per event through ``say`` (stderr in production); never the key.
+  Outside ``--once``, every ``standing_every`` seconds (Trio time, the first that long after
+  registering) the loop prints the node's own leaderboard line before its next turn
+  (:func:`~hypertrain.node.runner_types.standing_line`: rank, compute credits, jobs done,
+  agreement, strikes), when the coordinator answers it.
   :meth:`NodeRunner.statistics` is a :class:`NodeStatistics` (``--json`` prints its
   converter JSON).
 
@@ -70,6 +74,7 @@ from hypertrain.node.client import NodeClient
 from hypertrain.node.errors import (
     BadOffer,
     Disabled,
+    NodeClientError,
     NodeFatal,
     Refused,
     Unauthorized,
@@ -87,6 +92,7 @@ from hypertrain.node.runner_types import (
     Say,
     Score,
     Turn,
+    standing_line,
 )
 from hypertrain.scoring.registry import REGISTRY, Challenge
 from nurseries import Backoff, WallClock, next_delay
@@ -124,6 +130,7 @@ class NodeRunner:
         self._probed: Probed | None = None
         self._probed_at = -float("inf")
         self._last_lease_at = -float("inf")
+        self._standing_at = -float("inf")
         self._handed: LeaseGrant | None = None
         self._disabled_seen: tuple[int | None, str] | None = None
         self._backoff = Backoff(initial=settings.backoff_start, maximum=settings.backoff_cap)
@@ -169,11 +176,27 @@ class NodeRunner:
                 self._say(f"lease failed: {e}")
                 return 1
             return 0 if turn in ("empty", "posted") else 1
+        self._standing_at = trio.current_time()
         while True:
             try:
+                await self._standing()
                 await self.turn()
             except (Unreachable, Refused) as e:
                 await self._back_off(str(e), e.retry_after)
+
+    async def _standing(self) -> None:
+        """The node's own leaderboard line, once ``standing_every`` seconds have passed since
+        the last (module doc); nothing when the coordinator does not answer it."""
+        every = self.settings.standing_every
+        now = trio.current_time()
+        if every is None or self._node_id is None or now < self._standing_at + every:
+            return
+        self._standing_at = now
+        try:
+            row = await self.client.standing(self._node_id)
+        except NodeClientError:
+            return  # an older coordinator, or none reachable: the next one, later
+        self._say(standing_line(row))
 
     async def _back_off(self, why: str, retry_after: float | None) -> None:
         """The next wait of the error backoff, at least ``retry_after`` (the server's) but

@@ -15,7 +15,10 @@ import trio.testing
 
 from hypertrain.compute.leaderboard import leaderboard_rows, standing_of
 from hypertrain.daemon.main import DaemonHandle
-from tests.coordinator.test_compute_routes import Fallbacks, _daemon, _node
+from hypertrain.node.client import NodeClient
+from hypertrain.node.runner_types import standing_line
+from nurseries.testing import open_asgi_transport
+from tests.coordinator.test_compute_routes import API, Fallbacks, _daemon, _node
 
 HOSTILE = '<img src=x onerror="alert(1)">\u202e"\\'
 """A handle no register would take (a row of an older or hand-edited book): data all the same."""
@@ -174,3 +177,18 @@ async def test_the_compute_page_shows_the_leaderboard_beside_its_status_and_even
     assert "/v1/compute/status" in page
     assert 'new EventSource("/v1/events?kinds=compute")' in page
     assert "innerHTML" not in page  # every value is written as text
+
+
+async def test_the_nodes_client_reads_its_row_from_the_daemon(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with _daemon(tmp_path, Fallbacks()) as (handle, client):
+        nodes = await _five(handle, client)
+        async with (
+            open_asgi_transport(handle.app, lifespan=False) as transport,
+            NodeClient(API, transport=transport) as node_client,
+        ):
+            row = await node_client.standing(nodes[0]["node_id"])
+    assert standing_line(row) == (
+        "leaderboard: rank 3, 5 compute credits, 3 jobs done, agreement 75.0 %, 1 strike"
+    )

@@ -17,6 +17,7 @@ from typing import Any
 
 from hypertrain.compute.leaderboard import leaderboard_rows, standing_of
 from hypertrain.coordinator.flows.pages import Page
+from hypertrain.protocol.converter import unstructure
 
 __all__ = ["leaderboard_view", "standing_view"]
 
@@ -25,9 +26,10 @@ def leaderboard_view(conn: sqlite3.Connection, page: Page) -> dict[str, Any]:
     """One page of the leaderboard (module doc)."""
     rows = leaderboard_rows(conn, offset=page.offset, count=page.fetch)
     shown, where = page.cut(rows)
-    return {"nodes": [row.to_json() for row in shown], "page": where}
+    return {"nodes": [unstructure(row) for row in shown], "page": where}
 
 
 def standing_view(conn: sqlite3.Connection, node_id: str) -> dict[str, Any]:
     """Node ``node_id``'s row (module doc)."""
-    return standing_of(conn, node_id).to_json()
+    answer: dict[str, Any] = unstructure(standing_of(conn, node_id))
+    return answer
