@@ -34,14 +34,25 @@ BODY = json.dumps({"capabilities": ["delta-loss"], "hardware": "cpu"}).encode()
 
 
 class Leaving:
-    """One lease poll straight to ``app``; its client leaves when ``leave`` is set."""
+    """One lease poll straight to ``app``; its client leaves when ``leave`` is set (module
+    doc); its answer's send takes ``send_takes`` seconds, waits for ``let_go``, or fails."""
 
-    def __init__(self, key: str, *, send_takes: float = 0.0, send_fails: bool = False) -> None:
+    def __init__(
+        self,
+        key: str,
+        *,
+        send_takes: float = 0.0,
+        send_fails: bool = False,
+        let_go: trio.Event | None = None,
+    ) -> None:
         self.key = key
-        self.send_fails = send_fails
-        self.leave = trio.Event()
-        self.sent: list[dict[str, Any]] = []
         self.send_takes = send_takes
+        self.send_fails = send_fails
+        self.let_go = let_go
+        """The answer's start is sent only once it is set (a client that does not read)."""
+        self.leave = trio.Event()
+        self.sending = trio.Event()
+        self.sent: list[dict[str, Any]] = []
         self.ended: float | None = None
 
     async def poll(self, app: Any) -> None:
@@ -63,7 +74,10 @@ class Leaving:
             if self.send_fails:
                 raise ConnectionResetError("the connection is closed")
             if message["type"] == "http.response.start":
+                self.sending.set()
                 await trio.sleep(self.send_takes)
+                if self.let_go is not None:
+                    await self.let_go.wait()
             self.sent.append(message)
 
         await app(scope, receive, send)

@@ -31,11 +31,11 @@ from tests.coordinator.test_compute_routes import (
     _node,
     _stand_in_inputs,
 )
+from tests.coordinator.test_lease_disconnect import BODY, Leaving
 from tests.daemon.support import daemon_settings, running_daemon
 
 BOUND = 30.0
 """Real seconds within which each awaited thing must happen; far above any honest time."""
-BODY = json.dumps({"capabilities": ["delta-loss"], "hardware": "cpu"}).encode()
 
 
 async def _not_found(scope: Any, receive: Any, send: Any) -> None:
@@ -46,30 +46,6 @@ async def _not_found(scope: Any, receive: Any, send: Any) -> None:
         return
     await send({"type": "http.response.start", "status": 404, "headers": []})
     await send({"type": "http.response.body", "body": b""})
-
-
-async def _turn_holder(app: Any, key: str, let_go: trio.Event, sent: trio.Event) -> None:
-    """A lease poll straight to ``app`` whose answer's send lasts until ``let_go``."""
-    messages = [{"type": "http.request", "body": BODY, "more_body": False}]
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": LEASE_PATH,
-        "headers": [(b"authorization", f"Bearer {key}".encode())],
-    }
-
-    async def receive() -> dict[str, Any]:
-        if messages:
-            return messages.pop()
-        await trio.sleep_forever()
-        raise AssertionError("unreachable")
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            sent.set()
-            await let_go.wait()
-
-    await app(scope, receive, send)
 
 
 async def _held(handle: Any, count: int) -> None:
@@ -93,12 +69,13 @@ async def test_a_copy_granted_to_a_poll_whose_socket_closed_goes_back_to_the_que
         port = int(str(url).rsplit(":", 1)[1])
         holder, a = await _node(client), await _node(client)
         inputs = await _stand_in_inputs(handle, "socket")
-        let_go, taken = trio.Event(), trio.Event()
+        let_go = trio.Event()
+        holding = Leaving(holder["key"], let_go=let_go)  # a client that does not read
         with trio.fail_after(BOUND):
-            nursery.start_soon(_turn_holder, app, holder["key"], let_go, taken)
+            nursery.start_soon(holding.poll, app)
             await _held(handle, 1)
             first = await _enqueue_through_hub(handle, "first", inputs)
-            await taken.wait()  # the holder's answer is being sent: the only turn is taken
+            await holding.sending.wait()  # its answer is being sent: the only turn is taken
             other = (await _lease(client, a)).json()["job"]["id"]  # the first step's other copy
             stream = await trio.open_tcp_stream("127.0.0.1", port)
             conn = h11.Connection(h11.CLIENT)
@@ -119,12 +96,12 @@ async def test_a_copy_granted_to_a_poll_whose_socket_closed_goes_back_to_the_que
                     if json.loads(event.json)["kind"] == "returned":
                         break
         returned = await _copy(handle, f"{job_id}.1")
-        holding = not let_go.is_set()
+        turn_taken = holding.sent == []
         let_go.set()
         nursery.cancel_scope.cancel()
     assert other == f"{first}.2"
     assert granted == ("leased", a["node_id"])
-    assert (returned, holding) == (("queued", None), True)
+    assert (returned, turn_taken) == (("queued", None), True)
 
 
 async def _copy(handle: Any, copy_id: str) -> tuple[str, str | None]:
