@@ -22,6 +22,7 @@ from hypertrain.coordinator.computehub import WORK
 from hypertrain.coordinator.web.leasepath import ANSWER_TURN_WAIT, LEASE_PATH, serve_lease_path
 from hypertrain.daemon.main import DaemonHandle
 from tests.coordinator.test_compute_routes import (
+    LOSS,
     Fallbacks,
     _daemon,
     _enqueue_through_hub,
@@ -34,8 +35,9 @@ BODY = json.dumps({"capabilities": ["delta-loss"], "hardware": "cpu"}).encode()
 
 
 class Leaving:
-    """One lease poll straight to ``app``; its client leaves when ``leave`` is set (module
-    doc); its answer's send takes ``send_takes`` seconds, waits for ``let_go``, or fails."""
+    """One lease poll (or a post to ``path``) straight to ``app``; its client leaves when
+    ``leave`` is set (module doc); its answer's send takes ``send_takes`` seconds, waits for
+    ``let_go``, or fails."""
 
     def __init__(
         self,
@@ -44,8 +46,11 @@ class Leaving:
         send_takes: float = 0.0,
         send_fails: bool = False,
         let_go: trio.Event | None = None,
+        path: str = LEASE_PATH,
+        body: bytes = BODY,
     ) -> None:
         self.key = key
+        self.path, self.body = path, body
         self.send_takes = send_takes
         self.send_fails = send_fails
         self.let_go = let_go
@@ -56,11 +61,11 @@ class Leaving:
         self.ended: float | None = None
 
     async def poll(self, app: Any) -> None:
-        messages = [{"type": "http.request", "body": BODY, "more_body": False}]
+        messages = [{"type": "http.request", "body": self.body, "more_body": False}]
         scope = {
             "type": "http",
             "method": "POST",
-            "path": LEASE_PATH,
+            "path": self.path,
             "headers": [(b"authorization", f"Bearer {self.key}".encode())],
         }
 
@@ -171,6 +176,33 @@ async def test_with_no_other_poll_held_the_copy_is_back_in_the_queue_at_once(
     assert leaving.sent == []
     assert rows == [(f"{job_id}.1", "queued", None), (f"{job_id}.2", "queued", None)]
     assert again["id"] == f"{job_id}.1"
+
+
+async def test_a_result_post_whose_next_lease_was_held_keeps_its_result_and_returns_the_copy(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """a posts its result with its next lease request; nothing is queued for a, so the next
+    lease is held; a new step's copy is granted to it and a's client leaves before the answer:
+    the result stays counted, the new copy goes back to the queue."""
+    async with _daemon(tmp_path, Fallbacks()) as (handle, client):
+        a = await _node(client)
+        inputs = await _stand_in_inputs(handle, "next")
+        first = await _enqueue_through_hub(handle, "first", inputs)
+        job = (await _lease(client, a)).json()["job"]
+        post = {"lease": job["lease"], "ok": True, "result": LOSS, "next": json.loads(BODY)}
+        path = f"/v1/compute/jobs/{job['id']}/result"
+        leaving = Leaving(a["key"], path=path, body=json.dumps(post).encode())
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(leaving.poll, handle.app)
+            await trio.testing.wait_all_tasks_blocked()
+            assert handle.ctx.compute.waiter.waiting(WORK) == 1  # its result taken, next held
+            job_id = await _enqueue_through_hub(handle, "next", inputs)
+            leaving.leave.set()
+        results = await _rows(handle, first)
+        rows = await _rows(handle, job_id)
+    assert leaving.sent == []
+    assert results == [(f"{first}.1", "answered", a["node_id"]), (f"{first}.2", "queued", None)]
+    assert rows == [(f"{job_id}.1", "queued", None), (f"{job_id}.2", "queued", None)]
 
 
 async def test_a_grant_whose_send_fails_goes_back_too(
