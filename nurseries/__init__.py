@@ -6,13 +6,15 @@ long polls (``KeyedWaiter``), blocking work (``offload_for``, ``run_inline``), s
 (``open_supervisor``, ``cleanup_scope``), children (``run_process``, ``open_lifeline``, and the
 warm fork server: ``open_fork_server`` on the Trio side, ``serve_forks`` and ``end_job`` in
 the server and its children) and
-serving (``serve_asgi``, which guards every app with ``guard_unread_bodies``). Test helpers
+serving (``serve_asgi``, which guards every app with ``guard_unread_bodies``; a held request's
+client disconnect: ``open_disconnect_watch``). Test helpers
 live in ``nurseries.testing``.
 """
 
 from nurseries._backoff import DEFAULT_BACKOFF, Backoff, next_delay, parse_retry_after
 from nurseries._cleanup import cleanup_scope
 from nurseries._clock import FixedClock, SystemClock, VirtualClock, WallClock
+from nurseries._disconnect import DisconnectWatch, open_disconnect_watch
 from nurseries._forkclient import ForkServer, ForkServerGone, open_fork_server
 from nurseries._forkserver import EXIT_JOB_RETURNED, end_job, serve_forks
 from nurseries._lifeline import (
@@ -81,6 +83,7 @@ __all__ = [
     "SERVING_GC_THRESHOLDS",
     "ASGIApp",
     "Backoff",
+    "DisconnectWatch",
     "FixedClock",
     "ForkServer",
     "ForkServerGone",
@@ -117,6 +120,7 @@ __all__ = [
     "make_config",
     "next_delay",
     "offload_for",
+    "open_disconnect_watch",
     "open_fork_server",
     "open_lifeline",
     "open_supervisor",

@@ -10,11 +10,12 @@ Store functions (each the body of ONE ``db.write``/``db.read`` transaction; each
 time ``now_ms`` from its caller and returns the events to publish as ``(kind, payload)``):
 :func:`register_node`, :func:`authenticate` (:mod:`.nodes`); :func:`enqueue_step`,
 :func:`job_scores`, :func:`jobs_of_subjects`, :func:`pending_fallbacks` (:mod:`.jobs`);
-:func:`lease`, :func:`hand_out` (:mod:`.leases`);
+:func:`lease`, :func:`hand_out`, :func:`return_unsent` (:mod:`.leases`);
 :func:`submit_result` (:mod:`.results`); :func:`expire_due`, :func:`fallback_due`,
 :func:`next_deadline_ms`, :func:`lease_due_ms`, :func:`wait_due_ms` (:mod:`.timers`);
 :func:`settle_trusted` (:mod:`.fallback`);
-:func:`status` (:mod:`.status`). Tables: ``0008_compute.sql``.
+:func:`status` (:mod:`.status`); :func:`leaderboard_rows`, :func:`standing_of`
+(:mod:`.leaderboard`). Tables: ``0008_compute.sql`` (the leaderboard's index: ``0019``).
 
 Life of a step: ``enqueue_step`` -> two queued copies -> ``lease`` (two different nodes) ->
 ``submit_result`` x2 -> agreement (settled, both paid) | split (third copy, majority, minority
@@ -39,7 +40,8 @@ from hypertrain.compute.keys import (
     secret_hash,
     secret_matches,
 )
-from hypertrain.compute.leases import LeaseAsk, eligible_challenges, hand_out, lease
+from hypertrain.compute.leaderboard import leaderboard_rows, standing_of
+from hypertrain.compute.leases import LeaseAsk, eligible_challenges, hand_out, lease, return_unsent
 from hypertrain.compute.model import (
     DEFAULT_SETTINGS,
     EVENT_KINDS,
@@ -85,6 +87,7 @@ from hypertrain.compute.wire import (
     LeaseGrant,
     ResultAnswer,
     ResultPost,
+    Standing,
 )
 
 __all__ = [
@@ -106,6 +109,7 @@ __all__ = [
     "Node",
     "ResultAnswer",
     "ResultPost",
+    "Standing",
     "Submitted",
     "Verdict",
     "agree",
@@ -126,6 +130,7 @@ __all__ = [
     "job_scores",
     "jobs_of_subjects",
     "judge",
+    "leaderboard_rows",
     "lease",
     "lease_due_ms",
     "mint_key",
@@ -138,9 +143,11 @@ __all__ = [
     "parse_answer",
     "pending_fallbacks",
     "register_node",
+    "return_unsent",
     "secret_hash",
     "secret_matches",
     "settle_trusted",
+    "standing_of",
     "status",
     "submit_result",
     "trace_event",

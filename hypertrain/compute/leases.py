@@ -27,6 +27,17 @@ give it now, until ``copies`` grants were made or every ask was tried. An ask th
 (or whose node is disabled by now) gets nothing and changes nothing; the other asks of the same
 node and profile are then skipped (they would get nothing either), so a copy nobody waiting may
 take costs one lease query per waiting node, not per poll.
+
+Promises of :func:`return_unsent` (a grant whose answer never reached its client: the held poll's
+client disconnected before it was sent, or its send failed): the lease is undone, without a
+strike and without counting an expiry, when the copy is still leased under that grant's token
+with no answer. A copy of a ``queued`` job goes back to the queue as it was before the lease (no
+node, no token, no deadline; its queued time kept, so it is the next one leased; the node may
+lease it again), event ``returned`` with ``requeued`` true (the hub hands it to the next held
+poll in the same transaction). A copy of a job gone to the fallback meanwhile is ``cancelled``
+(it would be judged against the trusted result; unanswered, it pays 0), event ``returned`` with
+``requeued`` false. A copy that moved on (answered, expired, cancelled, leased again) is left
+alone: no change, no event. The node's record is never touched.
 """
 
 from __future__ import annotations
@@ -37,7 +48,7 @@ from typing import Final
 
 import attrs
 
-from hypertrain.compute.keys import mint_lease_token, secret_hash
+from hypertrain.compute.keys import mint_lease_token, secret_hash, secret_matches
 from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event, Node, iso_ms
 from hypertrain.compute.nodes import (
     get_node,
@@ -45,12 +56,12 @@ from hypertrain.compute.nodes import (
     normalise_hardware,
     set_profile,
 )
-from hypertrain.compute.rows import JOB_COLUMNS, job_from_row
+from hypertrain.compute.rows import JOB_COLUMNS, get_copy, get_job, job_from_row
 from hypertrain.compute.wire import LeaseGrant
 from hypertrain.protocol.errors import Forbidden
 from hypertrain.scoring.registry import REGISTRY, Challenge, get_challenge
 
-__all__ = ["LeaseAsk", "eligible_challenges", "hand_out", "lease", "lease_read"]
+__all__ = ["LeaseAsk", "eligible_challenges", "hand_out", "lease", "lease_read", "return_unsent"]
 
 _JOB_COLUMNS_J: Final = ", ".join(f"j.{c.strip()}" for c in JOB_COLUMNS.split(","))
 
@@ -205,3 +216,25 @@ def hand_out(
         grants.append((index, grant))
         events += more
     return grants, events
+
+
+def return_unsent(conn: sqlite3.Connection, grant: LeaseGrant) -> list[Event]:
+    """Undo the lease of ``grant``, whose answer never reached its client (module doc)."""
+    copy = get_copy(conn, grant.copy_id)
+    held = copy.token_hash is not None and secret_matches(grant.token, copy.token_hash)
+    if copy.state != "leased" or not held or copy.answer_key is not None:
+        return []
+    job = get_job(conn, copy.job_id)
+    requeued = job.state == "queued"
+    if requeued:
+        conn.execute(
+            "UPDATE compute_copies SET state = 'queued', node_id = NULL, token_hash = NULL,"
+            " leased_ms = NULL, deadline_ms = NULL WHERE copy_id = ?",
+            (copy.copy_id,),
+        )
+    else:
+        conn.execute(
+            "UPDATE compute_copies SET state = 'cancelled' WHERE copy_id = ?", (copy.copy_id,)
+        )
+    payload = {"job": job.job_id, "challenge": job.challenge, "trace": job.step}
+    return [("returned", {**payload, "requeued": requeued})]

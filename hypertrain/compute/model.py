@@ -49,6 +49,7 @@ EventKind = Literal[
     "expired",
     "fallback",
     "trace",
+    "returned",
 ]
 EVENT_KINDS: Final[tuple[EventKind, ...]] = get_args(EventKind)
 Event = tuple[EventKind, dict[str, Any]]

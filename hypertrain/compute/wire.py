@@ -10,7 +10,9 @@ and the node (:mod:`hypertrain.node`) import these classes and nothing else for 
 - ``GET /v1/compute/jobs/{id}/inputs/{name}``: the lease token in :data:`LEASE_HEADER` -> the
   input's bytes;
 - ``POST /v1/compute/jobs/{id}/result``: :class:`ResultPost` -> :data:`ResultAnswer` (409
-  and 410 :class:`ErrorAnswer`).
+  and 410 :class:`ErrorAnswer`);
+- ``GET /v1/compute/leaderboard/{node}``: -> :class:`Standing` (the leaderboard's pages list
+  the same rows).
 
 Every error answer is an :class:`ErrorAnswer` (``{"detail": ...}``). The JSON of each class,
 field by field and in this order::
@@ -25,6 +27,8 @@ field by field and in this order::
     InputFile       {name, sha256, size}
     DisabledAnswer  {detail, reenable_at_ms, reenable_at}
     ResultPost      {lease, ok, result?, class?, error?, busy?, next?: LeaseRequest}
+    Standing        {rank, id, handle, compute_credits, jobs_done, strikes, agreement_ppm
+                     (null before any verdict), last_seen}     a leaderboard row
     ResultAnswer    {copy, status: "released" | "held", next?: LeaseAnswer}
                   | {copy, status: "judged", verdict, compute_credits, next?}
                   | {copy, status: "counted", verdict (null until settled), job_state,
@@ -91,6 +95,7 @@ __all__ = [
     "ResultJudged",
     "ResultPost",
     "ResultStatus",
+    "Standing",
     "Trace",
     "Verdict",
     "read_result_answer",
@@ -179,6 +184,22 @@ class RegisterAnswer:
     last_seen: int = attrs.field(validator=u_int)
     node_id: str = attrs.field(validator=_non_empty)
     key: str | None = attrs.field(default=None, repr=False)
+
+
+@attrs.frozen(kw_only=True)
+class Standing:
+    """A node's row on the leaderboard (:mod:`hypertrain.compute.leaderboard` says each field)."""
+
+    rank: int = attrs.field(validator=u_int)
+    id: str
+    handle: str
+    compute_credits: int = attrs.field(validator=u_int)
+    jobs_done: int = attrs.field(validator=u_int)
+    strikes: int = attrs.field(validator=u_int)
+    agreement_ppm: Annotated[int | None, _SENT] = attrs.field(
+        default=None, validator=optional(int_in(0, 1_000_000))
+    )
+    last_seen: int = attrs.field(validator=u_int)
 
 
 @attrs.frozen(kw_only=True)

@@ -11,7 +11,8 @@ caller of a book transaction hands it the events the transaction returned, and i
    - lease long polls wait on :data:`WORK` (each tagged with its :class:`~hypertrain.compute.
      LeaseAsk`): a copy may have become leasable when a step was enqueued or a busy copy given
      back (``queued``), with a third copy (``split``), a replacement for an expired copy
-     (``expired`` with ``replaced``): :func:`new_copies` counts them. :meth:`ComputeHub.write`
+     (``expired`` with ``replaced``), a grant whose client never got it, queued again
+     (``returned`` with ``requeued``): :func:`new_copies` counts them. :meth:`ComputeHub.write`
      runs a book transaction and, IN THAT SAME TRANSACTION, hands its new copies to the held
      polls, the longest waiting first (:func:`~hypertrain.compute.hand_out`: each gets what
      its own lease would get); each granted poll is woken with its grant and only answers it.
@@ -34,9 +35,9 @@ caller of a book transaction hands it the events the transaction returned, and i
    - the fallback pool waits on :data:`FALLBACK`: woken when a step went to the trusted
      evaluator (``fallback``).
 
-   The other kinds (``register``, ``result``, ``accepted``, ``strike``, ``settled``, ``trace``)
-   wake nobody: they make no copy leasable, set no earlier deadline and send nothing to the
-   fallback.
+   The other kinds (``register``, ``result``, ``accepted``, ``strike``, ``settled``, ``trace``,
+   a ``returned`` not queued again) wake nobody: they make no copy leasable, set no earlier
+   deadline and send nothing to the fallback.
 
 :meth:`ComputeHub.close` (daemon shutdown) makes every waiter return ``Stopping``.
 """
@@ -93,10 +94,12 @@ _DUE: Final[dict[str, Callable[[sqlite3.Connection], int | None]]] = {
 
 def new_copies(kind: EventKind, payload: Mapping[str, Any]) -> int:
     """How many copies one book event made leasable (module doc): a ``queued`` event says
-    (``copies``), a third copy or a replaced expired copy is one."""
+    (``copies``), a third copy, a replaced expired copy or a returned one queued again is one."""
     if kind == "queued":
         return int(payload["copies"])
     if kind == "split" or (kind == "expired" and payload["replaced"]):
+        return 1
+    if kind == "returned" and payload["requeued"]:
         return 1
     return 0
 
@@ -115,6 +118,8 @@ def deadlines_of(kind: EventKind, payload: Mapping[str, Any]) -> frozenset[str]:
 def waiters_of(kind: EventKind, payload: Mapping[str, Any]) -> frozenset[str]:
     """The waiter keys one book event concerns (module doc)."""
     if kind in ("queued", "split") or (kind == "expired" and payload["replaced"]):
+        return _NEW_COPY
+    if kind == "returned" and payload["requeued"]:
         return _NEW_COPY
     if kind == "lease":
         return frozenset({TIMERS})

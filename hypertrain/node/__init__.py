@@ -6,7 +6,8 @@ Modules: ``errors`` (the node's one error tree, rooted at :class:`NodeError`), `
 use), ``client`` (the compute routes over HTTP, every body a class of
 :mod:`hypertrain.compute.wire`), ``client_answers`` (how the client reads their answers),
 ``offer`` (does a leased job fit this node, and its result post; pure), ``runner`` (the
-loop), ``runner_types`` (the loop's settings and records), ``main`` (the command line).
+loop), ``job`` (one leased job: inputs, score, post), ``runner_types`` (the loop's settings
+and records), ``main`` (the command line).
 """
 
 from hypertrain.node.cache import InputCache

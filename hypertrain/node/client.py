@@ -65,6 +65,7 @@ from hypertrain.compute.wire import (
     RegisterAnswer,
     RegisterRequest,
     ResultPost,
+    Standing,
     read_result_answer,
 )
 from hypertrain.node.client_answers import (
@@ -328,6 +329,16 @@ class NodeClient:
             raise Unreachable(f"input {spec.name}: {failure_text(e)}") from e
         finally:
             await response.aclose()
+
+    async def standing(self, node_id: str) -> Standing:
+        """``GET /v1/compute/leaderboard/{node}``: the node's leaderboard row (one try: the
+        loop asks again later)."""
+        path = f"/v1/compute/leaderboard/{_segment(node_id)}"
+        try:
+            answer = await self._send("GET", path, body=None, auth=False)
+            return decoded_as(Standing, answer.status, self._check(answer))
+        except (httpx.TransportError, ServerError) as e:
+            raise unreachable_error(e) from e
 
     async def post_result(
         self, copy_id: str, post: ResultPost, *, deadline: float | None = None

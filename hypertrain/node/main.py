@@ -3,7 +3,7 @@
 ::
 
     hypertrain-node [--key ht_...] [--dir D] [--url U] [--once] [--json] [--handle H]
-                    [--cache-max-mb MB]
+                    [--cache-max-mb MB] [--leaderboard-every MIN]
                     [--proxy URL] [--cold-scorer]
 
 Scores other people's submissions for the coordinator at ``--url`` (>
@@ -19,7 +19,9 @@ on stdout at exit. ``--cache-max-mb`` bounds the input cache in ``cache/`` of th
 (default 2048; least recently used inputs are deleted above it, never one a running job uses).
 Each job is scored in a sandboxed child forked from one warm scorer process that imported torch
 once, at start (:mod:`hypertrain.scoring.warm`); ``--cold-scorer`` starts a new scorer process
-per job instead (about 3 s more a job).
+per job instead (about 3 s more a job). Every ``--leaderboard-every`` minutes (default 10)
+the node prints its own leaderboard line (rank, compute credits, jobs done, agreement rate,
+strikes) before its next lease.
 
 Ctrl-C, SIGTERM or SIGHUP (and, for a node started by the demo, the demo's end) stops at once,
 killing a scorer worker in progress: a job in progress is not posted (its lease expires without a
@@ -57,7 +59,13 @@ from hypertrain.node.identity import coordinator_url
 from hypertrain.node.nodefile import node_dir
 from hypertrain.node.probe import probe_machine
 from hypertrain.node.runner import NodeRunner
-from hypertrain.node.runner_types import NodeStatistics, Probed, RunnerSettings, Score
+from hypertrain.node.runner_types import (
+    DEFAULT_SETTINGS,
+    NodeStatistics,
+    Probed,
+    RunnerSettings,
+    Score,
+)
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import Malformed
 from hypertrain.scoring.sandbox import run_scorer
@@ -104,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the input cache's size bound (default %(default)s)",
     )
     parser.add_argument(
+        "--leaderboard-every",
+        type=positive_int_arg,
+        default=int(DEFAULT_SETTINGS.standing_every or 600) // 60,
+        metavar="MIN",
+        help="print the node's leaderboard line this often (default %(default)s minutes)",
+    )
+    parser.add_argument(
         "--cold-scorer",
         action="store_true",
         help="start a scorer process per job instead of forking it from a warm one",
@@ -138,7 +153,10 @@ async def _serve(args: argparse.Namespace, url: str) -> tuple[int, NodeStatistic
             score=score,
             wall=SystemClock(),
             say=_say,
-            settings=RunnerSettings(cache_max_bytes=args.cache_max_mb << 20),
+            settings=RunnerSettings(
+                cache_max_bytes=args.cache_max_mb << 20,
+                standing_every=args.leaderboard_every * 60.0,
+            ),
         )
 
         stop = trio.CancelScope()

@@ -12,7 +12,8 @@
   last probe; lease (a long poll; lease calls start at least ``min_poll_interval`` apart, so a
   server answering ``{"job": null}`` at once cannot make the node spin). A job arrives decoded
   (a :class:`~hypertrain.compute.wire.LeaseGrant`; malformed or hostile:
-  :class:`~hypertrain.node.errors.BadOffer`, abandoned) and is checked against the local
+  :class:`~hypertrain.node.errors.BadOffer`, abandoned) and is run by a
+  :class:`~hypertrain.node.job.JobRunner`: checked against the local
   registry (:func:`~hypertrain.node.offer.fit`; otherwise skipped with an "upgrade" line). Its
   inputs are ensured in the cache (re-hashed before use; a mismatch abandons the job; in use,
   so never evicted, until the job ends), bounded by ``input_timeout`` and by the lease's
@@ -46,6 +47,10 @@
   once (a scorer worker's process group is killed); a job in progress is not posted;
   :meth:`NodeRunner.statistics` still answers.
 - **Output**: one line per event through ``say`` (stderr in production); never the key.
+  Outside ``--once``, every ``standing_every`` seconds (Trio time, the first that long after
+  registering) the loop prints the node's own leaderboard line before its next turn
+  (:func:`~hypertrain.node.runner_types.standing_line`: rank, compute credits, jobs done,
+  agreement, strikes), when the coordinator answers it.
   :meth:`NodeRunner.statistics` is a :class:`NodeStatistics` (``--json`` prints its
   converter JSON).
 
@@ -59,19 +64,16 @@ import math
 import random
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Literal
 
-import attrs
 import trio
 
 from hypertrain.compute.keys import is_node_key
-from hypertrain.compute.wire import LeaseAnswer, LeaseGrant, LeaseRequest
+from hypertrain.compute.wire import LeaseGrant, LeaseRequest
 from hypertrain.node.cache import InputCache
 from hypertrain.node.client import NodeClient
 from hypertrain.node.errors import (
     BadOffer,
     Disabled,
-    InputMismatch,
     NodeClientError,
     NodeFatal,
     Refused,
@@ -79,11 +81,10 @@ from hypertrain.node.errors import (
     Unreachable,
 )
 from hypertrain.node.identity import choose_key, origin_of
+from hypertrain.node.job import Carried, JobRunner
 from hypertrain.node.nodefile import NodeRecord, load_record, save_record
-from hypertrain.node.offer import describe, fit, result_post
 from hypertrain.node.runner_types import (
     DEFAULT_SETTINGS,
-    LastJob,
     NodeStatistics,
     Probe,
     Probed,
@@ -91,9 +92,8 @@ from hypertrain.node.runner_types import (
     Say,
     Score,
     Turn,
-    download_bound,
+    standing_line,
 )
-from hypertrain.scoring.outcome import ScoreOutcome
 from hypertrain.scoring.registry import REGISTRY, Challenge
 from nurseries import Backoff, WallClock, next_delay
 
@@ -124,12 +124,13 @@ class NodeRunner:
         self.key_flag = key_flag
         self.handle = handle
         self.origin = origin_of(client.base_url)
-        self._probe, self._score, self._wall, self._say = probe, score, wall, say
+        self._probe, self._wall, self._say = probe, wall, say
         self.registry = registry
         self.settings = settings
         self._probed: Probed | None = None
         self._probed_at = -float("inf")
         self._last_lease_at = -float("inf")
+        self._standing_at = -float("inf")
         self._handed: LeaseGrant | None = None
         self._disabled_seen: tuple[int | None, str] | None = None
         self._backoff = Backoff(initial=settings.backoff_start, maximum=settings.backoff_cap)
@@ -137,12 +138,20 @@ class NodeRunner:
         self._failures = 0
         self._node_id: str | None = None
         self._handle: str | None = None
-        self._counts = {"jobs": 0, "posted": 0, "accepted": 0, "skipped": 0, "abandoned": 0}
-        self._last_job: LastJob | None = None
+        self.jobs = JobRunner(
+            client=client,
+            cache=self.cache,
+            score=score,
+            wall=wall,
+            say=say,
+            registry=registry,
+            settings=settings,
+        )
 
     def statistics(self) -> NodeStatistics:
+        jobs = self.jobs
         return NodeStatistics(
-            node_id=self._node_id, handle=self._handle, last_job=self._last_job, **self._counts
+            node_id=self._node_id, handle=self._handle, last_job=jobs.last_job, **jobs.counts
         )
 
     # -- the loop ------------------------------------------------------------------------
@@ -167,11 +176,27 @@ class NodeRunner:
                 self._say(f"lease failed: {e}")
                 return 1
             return 0 if turn in ("empty", "posted") else 1
+        self._standing_at = trio.current_time()
         while True:
             try:
+                await self._standing()
                 await self.turn()
             except (Unreachable, Refused) as e:
                 await self._back_off(str(e), e.retry_after)
+
+    async def _standing(self) -> None:
+        """The node's own leaderboard line, once ``standing_every`` seconds have passed since
+        the last (module doc); nothing when the coordinator does not answer it."""
+        every = self.settings.standing_every
+        now = trio.current_time()
+        if every is None or self._node_id is None or now < self._standing_at + every:
+            return
+        self._standing_at = now
+        try:
+            row = await self.client.standing(self._node_id)
+        except NodeClientError:
+            return  # an older coordinator, or none reachable: the next one, later
+        self._say(standing_line(row))
 
     async def _back_off(self, why: str, retry_after: float | None) -> None:
         """The next wait of the error backoff, at least ``retry_after`` (the server's) but
@@ -253,11 +278,13 @@ class NodeRunner:
                 raise NodeFatal(f"the coordinator no longer knows this node's key: {e}") from e
             except BadOffer as e:
                 self._answered()
-                return self._drop("abandoned", "offer", f"malformed offer ({e})")
+                return self.jobs.drop("abandoned", "offer", f"malformed offer ({e})")
             self._answered()
             if grant is None:
                 return "empty"
-        return await self._job(grant, chain=not once)
+        turn, carried = await self.jobs.run(grant, ask_next=None if once else self._ask_next)
+        self._take_next(carried)
+        return turn
 
     def _answered(self) -> None:
         """The lease was answered: the error backoff and the disabled notice start over."""
@@ -275,101 +302,14 @@ class NodeRunner:
             return
         await trio.sleep(self.settings.disabled_wait((e.reenable_at_ms - now_ms) / 1000))
 
-    # -- one job -------------------------------------------------------------------------
+    # -- the job's ends ----------------------------------------------------------------
 
-    def _drop(self, kind: Literal["skipped", "abandoned"], name: str, why: str) -> Turn:
-        self._counts[kind] += 1
-        self._say(f"job {name} {kind}: {why}; nothing posted (the lease expires, no strike)")
-        return kind
-
-    async def _job(self, offer: LeaseGrant, *, chain: bool) -> Turn:
-        challenge = fit(offer, self.registry)
-        if isinstance(challenge, str):
-            why = f"{challenge}; upgrade hypertrain on this node to run such jobs"
-            return self._drop("skipped", f"{offer.copy_id} {offer.label}", why)
-        label = f"{offer.copy_id} {offer.label}"
-        try:
-            return await self._fetch_and_score(offer, challenge, label, chain=chain)
-        finally:
-            self.cache.drop_job(offer.copy_id)
-
-    async def _fetch_and_score(
-        self, offer: LeaseGrant, challenge: Challenge, label: str, *, chain: bool
-    ) -> Turn:
-        lease_left = download_bound(offer, challenge, self._wall.now())
-        if lease_left <= 0:
-            why = "the lease ends before the scorer's kill time would; no time for the inputs"
-            return self._drop("abandoned", label, why)
-        bound = min(self.settings.input_timeout, lease_left)
-        deadline = self._lease_deadline(offer)
-        try:
-            with trio.fail_after(bound):
-                for spec in offer.inputs:
-                    await self.cache.ensure(
-                        spec,
-                        lambda s: self.client.fetch_input(
-                            offer.copy_id, offer.token, s, deadline=deadline
-                        ),
-                        job_id=offer.copy_id,
-                    )
-            paths = self.cache.link_job(offer.copy_id, offer.inputs)
-        except (InputMismatch, OSError) as e:
-            return self._drop("abandoned", label, str(e))
-        except trio.TooSlowError:
-            why = f"inputs not in the cache within {bound:g} s"
-            if bound < self.settings.input_timeout:
-                why += " (the lease's deadline less the scorer's kill time)"
-            return self._drop("abandoned", label, why)
-        except Unreachable:
-            self._drop("abandoned", label, "an input could not be downloaded")
-            raise
-        except NodeClientError as e:
-            return self._drop("abandoned", label, f"input download refused ({e})")
-        try:
-            outcome = await self._score(challenge, paths)
-        except Exception as e:  # the scorer could not start (OSError) or a bug: no verdict
-            return self._drop("abandoned", label, f"the scorer did not run ({e!r})")
-        self._counts["jobs"] += 1
-        return await self._post(offer, challenge, outcome, label, chain=chain)
-
-    async def _post(
-        self,
-        offer: LeaseGrant,
-        challenge: Challenge,
-        outcome: ScoreOutcome,
-        label: str,
-        *,
-        chain: bool,
-    ) -> Turn:
-        done = describe(challenge, outcome)
-        ask = self._next_request() if chain else None
-        post = attrs.evolve(result_post(offer, outcome), next=ask)
+    def _ask_next(self) -> LeaseRequest | None:
+        """A result post's next lease request, asked at post time: a lease start."""
+        ask = self._next_request()
         if ask is not None:
             self._last_lease_at = trio.current_time()
-        try:
-            answer = await self.client.post_result(
-                offer.copy_id, post, deadline=self._lease_deadline(offer)
-            )
-        except Unreachable:
-            self._last_job = LastJob.of(offer, outcome, "not delivered")
-            self._say(f"job {label}: {done} -> not delivered")
-            raise
-        except Unauthorized as e:
-            raise NodeFatal(f"the coordinator no longer knows this node's key: {e}") from e
-        except Refused as e:
-            self._last_job = LastJob.of(offer, outcome, f"refused: {e}")
-            self._say(f"job {label}: {done} -> refused ({e})")
-            return "abandoned"
-        self._counts["posted"] += 1
-        self._counts["accepted"] += answer.accepted
-        self._last_job = LastJob.of(offer, outcome, answer.describe())
-        c = self._counts
-        self._say(
-            f"job {label}: {done} -> {answer.describe()}"
-            f" [{c['jobs']} done, {c['posted']} posted, {c['accepted']} accepted]"
-        )
-        self._take_next(answer.next)
-        return "posted"
+        return ask
 
     def _next_request(self) -> LeaseRequest | None:
         """The lease request a result post carries (module doc): None when the coordinator
@@ -384,16 +324,12 @@ class NodeRunner:
             wait_ms=self.settings.lease_wait_ms,
         )
 
-    def _take_next(self, carried: LeaseAnswer | BadOffer | None) -> None:
+    def _take_next(self, carried: Carried) -> None:
         """The lease a result's answer carried: its job is the next turn's (module doc)."""
         if carried is None:
             return
         self._answered()
         if isinstance(carried, BadOffer):
-            self._drop("abandoned", "offer", f"malformed offer ({carried})")
+            self.jobs.drop("abandoned", "offer", f"malformed offer ({carried})")
         else:
             self._handed = carried.job
-
-    def _lease_deadline(self, offer: LeaseGrant) -> float:
-        """The lease's ``deadline_ms`` (wall clock) as a Trio time: the retries' bound."""
-        return trio.current_time() + (offer.deadline_ms - self._wall.now() * 1000) / 1000

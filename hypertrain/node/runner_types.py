@@ -4,6 +4,7 @@ given and what it reports.
 - **Given**: :class:`RunnerSettings`, the loop's named timings (:data:`DEFAULT_SETTINGS`;
   :data:`CAPABILITY_REFRESH` seconds between two probes), a probe answering :class:`Probed`,
   and the ``score`` and ``say`` callables (:data:`Score`).
+- **The node's own line**: :func:`standing_line`, its leaderboard row in words.
 - **The download bound**: :func:`download_bound`, what is left of a lease for its inputs once
   the scorer's kill time is kept for scoring.
 - **Reported**: what one turn did (:data:`Turn`), and :class:`NodeStatistics` (with the
@@ -22,7 +23,7 @@ from typing import Annotated, Final, Literal
 import attrs
 from cattrs.gen import override
 
-from hypertrain.compute.wire import LeaseGrant
+from hypertrain.compute.wire import LeaseGrant, Standing
 from hypertrain.node.cache import DEFAULT_MAX_BYTES
 from hypertrain.scoring.outcome import ScoreOutcome
 from hypertrain.scoring.registry import Challenge
@@ -39,6 +40,7 @@ __all__ = [
     "Score",
     "Turn",
     "download_bound",
+    "standing_line",
 ]
 
 CAPABILITY_REFRESH: Final = 600.0
@@ -80,6 +82,9 @@ class RunnerSettings:
     """The input cache's size bound (``--cache-max-mb``)."""
     lease_wait_ms: int | None = None
     """``wait_ms`` of the lease poll; None: the server's default (25 s)."""
+    standing_every: float | None = 600.0
+    """Seconds between two of the node's own leaderboard lines (``--leaderboard-every``), the
+    first this long after registering; None: never."""
 
     def disabled_wait(self, left: float) -> float:
         """The next sleep while disabled, ``left`` seconds before the re-enable time: at least
@@ -95,6 +100,16 @@ def download_bound(offer: LeaseGrant, challenge: Challenge, now: float) -> float
     the lease once the scorer's kill time (the registry's, which the sandbox enforces) is kept
     for scoring; zero or less when nothing is left."""
     return (offer.deadline_ms - challenge.kill_after_ms) / 1000 - now
+
+
+def standing_line(row: Standing) -> str:
+    """The node's leaderboard row in words (one line, the handle not repeated)."""
+    agreement = "-" if row.agreement_ppm is None else f"{row.agreement_ppm / 10_000:.1f} %"
+    strikes = "1 strike" if row.strikes == 1 else f"{row.strikes} strikes"
+    return (
+        f"leaderboard: rank {row.rank}, {row.compute_credits} compute credits,"
+        f" {row.jobs_done} jobs done, agreement {agreement}, {strikes}"
+    )
 
 
 @attrs.frozen

@@ -67,6 +67,9 @@ class FakeCoordinator:
     fetches: list[tuple[str, str]] = attrs.field(factory=list)
     results: list[tuple[str, dict[str, Any]]] = attrs.field(factory=list)
     requests: list[httpx.Request] = attrs.field(factory=list)
+    standing: dict[str, Any] | None = None
+    """The leaderboard row ``GET /v1/compute/leaderboard/{node}`` answers (None: 404)."""
+    standing_times: list[float] = attrs.field(factory=list)
 
     def offer(
         self,
@@ -118,6 +121,11 @@ class FakeCoordinator:
         body = json.loads(request.content) if request.content else None
         if path == "/v1/compute/register":
             return self._register(body)
+        if path.startswith("/v1/compute/leaderboard/"):
+            self.standing_times.append(trio.current_time())
+            if self.standing is None:
+                return _answer(404, {"detail": "no route"})
+            return _answer(200, {**self.standing, "id": path.rsplit("/", 1)[1]})
         node = self._node(request)
         if node is None:
             return _answer(401, {"detail": "unknown node key"})

@@ -99,7 +99,7 @@ async def test_a_result_posted_when_the_probe_is_due_carries_no_lease_request(
     for i in (1, 2, 3):
         harness.fake.offer(f"j{i}.1")["deadline_ms"] += 3_600_000  # scored in 400 s each
     runner, client = harness.runner()
-    runner._score = slow
+    runner.jobs.score = slow
     start = trio.current_time()
     async with client:
         with trio.move_on_after(1250.0):

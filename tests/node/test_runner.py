@@ -213,7 +213,7 @@ async def test_a_failed_score_posts_its_class_and_error(
         return ScoreOutcome.failed("timeout", "scorer killed after 60000 ms", 60_000)
 
     runner, client = harness.runner()
-    runner._score = crash
+    runner.jobs.score = crash
     async with client:
         assert await runner.run(once=True) == 0
     assert harness.fake.results == [

@@ -6,6 +6,8 @@
 ``GET /v1/compute/jobs/{id}/inputs/{name}``    node key + ``X-HT-Lease``; one input's bytes
 ``POST /v1/compute/jobs/{id}/result``          node key; the copy's answer (<= 64 KiB)
 ``GET /v1/compute/status``                     public live view (``?limit=&after=``, paged)
+``GET /v1/compute/leaderboard``                public: nodes by compute credits (paged)
+``GET /v1/compute/leaderboard/{node}``         public: one node's row and rank
 ``GET /v1/compute/steps/{job}``                public: one scoring step's state and result
 ``GET /compute``                               the live view as an HTML page
 ``POST /v1/admin/compute/benchmark``           admin: measure the nodes' hardware
@@ -29,8 +31,10 @@ LeaseGrant}``) or ``wait_ms`` (default and at most :data:`~hypertrain.compute.wi
 LONG_POLL_MS`) passes (``{"job": null}``: never an instant empty answer unless the client asked
 for ``wait_ms = 0``); a copy queued meanwhile is leased to the longest-held poll by the
 transaction that queued it (:meth:`~hypertrain.coordinator.computehub.ComputeHub.write`). While
-the daemon stops: 503. A client that disconnects after the grant leaves the copy leased to
-nobody who will answer: it expires at its deadline, without a strike.
+the daemon stops: 503. A held poll whose client disconnected before its answer went out
+returns its copy to the queue at once (no strike; event ``returned``; :mod:`.leasepath`); a
+client that leaves after the answer was sent leaves the copy leased until its deadline, when
+it expires without a strike.
 
 Inputs: only the node holding the copy's lease, with its token, before the deadline (403
 otherwise, 404 unknown copy or name); every download of a hidden trace is logged and published
@@ -50,6 +54,13 @@ Status: the online nodes only, one page at a time (:mod:`hypertrain.compute.stat
 ``limit`` 1..:data:`~hypertrain.compute.status.PAGE_MAX` (default
 :data:`~hypertrain.compute.status.PAGE_DEFAULT`), ``after`` the ``next`` of the previous page (at
 most 64 characters); anything else is 400 naming the parameter.
+
+Leaderboard: the nodes by compute credits (:mod:`hypertrain.compute.leaderboard`: rank, id,
+handle, compute credits, jobs done, strikes, agreement rate in ppm, last seen), paged with the
+public views' ``?offset=&limit=`` (:mod:`hypertrain.coordinator.flows.pages`: 400 naming a bad
+parameter; ``page: {offset, limit, next_offset}``); one node's row by its id (404 unknown, 400
+for an id over 64 characters). Both answer through the answer cache (:func:`~hypertrain.
+coordinator.web.http.cached_json_response`), like the run views.
 
 Benchmark (admin, ``{run_id?}``; default the only running run): one ``step-throughput`` step
 (tokens per second of reference training steps of the run's model, from its newest round's
@@ -90,8 +101,11 @@ from hypertrain.coordinator.flows.compute import (
     input_of,
     job_view,
 )
+from hypertrain.coordinator.flows.leaderboard import leaderboard_view, standing_view
+from hypertrain.coordinator.flows.pages import page_of
 from hypertrain.coordinator.web.auth import request_bearer, require_admin
 from hypertrain.coordinator.web.http import (
+    cached_json_response,
     json_response,
     object_response,
     read_body,
@@ -228,6 +242,19 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         )
         return json_response(view)
 
+    async def get_leaderboard() -> Response:
+        page = page_of(request.args)
+        return await cached_json_response(
+            parts.answers, lambda: ctx.db.read(leaderboard_view, page)
+        )
+
+    async def get_standing(node_id: str) -> Response:
+        if len(node_id) > 64:
+            raise Malformed("node: a node id of 1 to 64 characters")
+        return await cached_json_response(
+            parts.answers, lambda: ctx.db.read(standing_view, node_id)
+        )
+
     async def get_page() -> Response:
         return Response(_page(), content_type="text/html; charset=utf-8")
 
@@ -241,6 +268,12 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         "/v1/compute/jobs/<copy_id>/result", "compute.result", served_in_front, methods=["POST"]
     )
     app.add_url_rule("/v1/compute/status", "compute.status", get_status, methods=["GET"])
+    app.add_url_rule(
+        "/v1/compute/leaderboard", "compute.leaderboard", get_leaderboard, methods=["GET"]
+    )
+    app.add_url_rule(
+        "/v1/compute/leaderboard/<node_id>", "compute.standing", get_standing, methods=["GET"]
+    )
     app.add_url_rule("/v1/compute/steps/<job_id>", "compute.step", get_job_view, methods=["GET"])
     app.add_url_rule(
         "/v1/admin/compute/benchmark", "compute.benchmark", post_benchmark, methods=["POST"]

@@ -23,6 +23,15 @@ which still lists both routes: 405 for other methods) with every guarantee of a 
   is parsed once, inside it. A poll that got nothing is held (route doc in :mod:`.compute`):
   it answers the copy handed to it, or ``{"job": null}`` at its ``wait_ms``, 503 when the
   daemon stops, and it ends without an answer when the client disconnects;
+- a copy granted to a held poll whose client has gone is returned at once, never left leased
+  to a dead request until its deadline (scenario 20): the poll watches for ``http.disconnect``
+  (:func:`~nurseries.open_disconnect_watch`) from the hold to its turn to answer; a client gone
+  by then, or a send that raises (``OSError``, as ASGI servers may on a closed connection),
+  gets no answer and the grant goes back through ONE write transaction of the book
+  (:func:`~hypertrain.compute.return_unsent`: no strike, no expiry counted, event
+  ``returned``), whose hub hands the copy to the next held poll in that same transaction. An
+  answer sent in full is the client's: a close after it (or one still in flight when it went
+  out, which the server cannot tell apart) leaves the lease to its deadline, as before;
 - a result post that carries the node's next lease request (``next``, a
   :class:`~hypertrain.compute.wire.LeaseRequest`) is one cycle in one request: its ONE write
   transaction authenticates, submits and, when the result is answered 200, leases (a bad
@@ -51,13 +60,22 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from functools import partial
 from typing import Any, Final
 
 import attrs
 import trio
 
-from hypertrain.compute import LeaseAsk, LeaseGrant, Node, is_node_key, lease, secret_hash
+from hypertrain.compute import (
+    LeaseAsk,
+    LeaseGrant,
+    Node,
+    is_node_key,
+    lease,
+    return_unsent,
+    secret_hash,
+)
 from hypertrain.compute.nodes import node_of_key
 from hypertrain.compute.wire import (
     BODY_LIMIT,
@@ -83,11 +101,20 @@ from hypertrain.coordinator.web.http import (
 )
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import AuthError, ProtocolError
-from nurseries import ASGIApp, Notified, Stopping, WaitResult
+from nurseries import (
+    ASGIApp,
+    DisconnectWatch,
+    Notified,
+    Stopping,
+    WaitResult,
+    cleanup_scope,
+    open_disconnect_watch,
+)
 
 __all__ = [
     "ANSWERS_AT_ONCE",
     "ANSWER_TURN_WAIT",
+    "GIVE_BACK_TIMEOUT",
     "KNOWN_KEYS_LIMIT",
     "LEASE_PATH",
     "serve_lease_path",
@@ -105,6 +132,8 @@ ANSWER_TURN_WAIT: Final = 10.0
 """Seconds a held poll waits for its turn to answer at most (module doc): within the 15 s a
 node's lease read timeout leaves past the 25 s hold, and above a 10,000-answer burst's length
 (at 1 s, the last polls of such a burst stopped waiting and answered all together again)."""
+GIVE_BACK_TIMEOUT: Final = 5.0
+"""Seconds the transaction that returns an undelivered grant's copy may wait, shielded."""
 _JSON: Final = (b"content-type", JSON_CONTENT_TYPE.encode())
 
 
@@ -114,6 +143,13 @@ class _Gone(Exception):
 
 class _Stopping(Exception):
     """The daemon stops: 503 with ``Retry-After``."""
+
+
+def _lease_answer(answer: LeaseAnswer | None) -> Any:
+    """A held lease poll's answer; None: the daemon stops (503)."""
+    if answer is None:
+        raise _Stopping
+    return unstructure(answer)
 
 
 class _Exchange:
@@ -168,12 +204,6 @@ class _Exchange:
         await self.send({"type": "http.response.start", "status": status, "headers": headers})
         await self.send({"type": "http.response.body", "body": body})
 
-    async def until_disconnect(self, scope: trio.CancelScope) -> None:
-        """Cancel ``scope`` when the client goes (the body was read: only that can come)."""
-        while (await self.receive())["type"] != "http.disconnect":
-            pass
-        scope.cancel()
-
 
 def serve_lease_path(
     app: ASGIApp, ctx: Coordinator, *, answers_at_once: int = ANSWERS_AT_ONCE
@@ -194,7 +224,7 @@ def serve_lease_path(
                 known.clear()
             known.add(digest)
 
-    async def hold(exchange: _Exchange, node: Node, req: LeaseRequest) -> LeaseGrant | None:
+    async def hold(watch: DisconnectWatch, node: Node, req: LeaseRequest) -> LeaseGrant | None:
         """The long poll of a node that got nothing (route doc in :mod:`.compute`)."""
         wait_ms = LONG_POLL_MS if req.wait_ms is None else req.wait_ms
         deadline = trio.current_time() + wait_ms / 1000
@@ -205,19 +235,17 @@ def serve_lease_path(
                 # Parked with no checkpoint since the lease transaction committed: a copy
                 # queued after it is handed to this poll (ComputeHub.write) or wakes it.
                 woken: WaitResult[Wake] | None = None
-                async with trio.open_nursery() as watch:
-                    watch.start_soon(exchange.until_disconnect, watch.cancel_scope)
+                with watch.cancelled_on_disconnect():
                     woken = await hub.hold(ask, deadline)
-                    watch.cancel_scope.cancel()
                 if woken is None:
-                    raise _Gone  # cancelled by until_disconnect while it waited
+                    raise _Gone  # cancelled by the watch while it waited, granted nothing
                 if isinstance(woken, Notified):
                     if isinstance(woken.value, LeaseGrant):  # handed to it: leased already
                         return woken.value
                     hops = woken.value  # before any checkpoint: a cancel hands it on
                 if isinstance(woken, Stopping) or ctx.stopping.is_set():
                     raise _Stopping
-                if not isinstance(woken, Notified):
+                if not isinstance(woken, Notified) or watch.gone:
                     return None
                 grant, _ = await hub.write(
                     partial(
@@ -238,6 +266,51 @@ def serve_lease_path(
         finally:
             hub.hand_on(hops)  # woken, then answered null at the deadline or cancelled
 
+    async def give_back(grant: LeaseGrant) -> None:
+        """``grant``'s answer never reached its client: its copy goes back (module doc)."""
+        with cleanup_scope(GIVE_BACK_TIMEOUT, what=f"returning copy {grant.copy_id}"):
+            await hub.write(return_unsent, grant)
+
+    async def deliver(exchange: _Exchange, obj: Any, grant: LeaseGrant | None) -> None:
+        """A 200 carrying ``grant``: a send that fails (the client is gone) gives it back."""
+        try:
+            await exchange.answer(200, obj)
+        except OSError as e:
+            if grant is not None:
+                await give_back(grant)
+            raise _Gone from e
+
+    async def answer_held(
+        exchange: _Exchange,
+        node: Node,
+        req: LeaseRequest,
+        answer_of: Callable[[LeaseAnswer | None], Any],
+    ) -> None:
+        """Hold the poll, then send its answer in turn (module doc); ``answer_of`` makes the
+        answer from the lease's (None: the daemon stops, which raises ``_Stopping`` for a
+        lease poll). A grant whose client is gone before its answer is sent goes back."""
+        grant: LeaseGrant | None = None
+        turn = False
+        try:
+            async with open_disconnect_watch(exchange.receive) as watch:
+                try:
+                    grant = await hold(watch, node, req)
+                    obj = answer_of(LeaseAnswer(grant))
+                except _Stopping:
+                    obj = answer_of(None)
+                with watch.cancelled_on_disconnect(), trio.move_on_after(ANSWER_TURN_WAIT):
+                    await turns.acquire()
+                    turn = True
+            if watch.gone:  # final for every disconnect the server delivered (nurseries)
+                raise _Gone
+            sent, grant = grant, None  # sent, the copy is the client's: deliver gives it
+            await deliver(exchange, obj, sent)  # back only when the send fails
+        finally:
+            if turn:
+                turns.release()
+            if grant is not None:
+                await give_back(grant)
+
     async def post_lease(exchange: _Exchange) -> None:
         if ctx.stopping.is_set():
             raise _Stopping
@@ -251,22 +324,9 @@ def serve_lease_path(
             await exchange.answer(403, unstructure(outcome))
             return
         if outcome is None and req.wait_ms != 0:
-            outcome = await hold(exchange, node, req)
-            await answer_in_turn(exchange, unstructure(LeaseAnswer(outcome)))
+            await answer_held(exchange, node, req, _lease_answer)
             return
-        await exchange.answer(200, unstructure(LeaseAnswer(outcome)))
-
-    async def answer_in_turn(exchange: _Exchange, obj: Any) -> None:
-        """A held poll's 200: in its turn, or after :data:`ANSWER_TURN_WAIT` (module doc)."""
-        turn = False
-        with trio.move_on_after(ANSWER_TURN_WAIT):
-            await turns.acquire()
-            turn = True
-        try:
-            await exchange.answer(200, obj)
-        finally:
-            if turn:
-                turns.release()
+        await deliver(exchange, unstructure(LeaseAnswer(outcome)), outcome)
 
     async def post_result(exchange: _Exchange, copy_id: str) -> None:
         key = exchange.node_key(well_formed=False)  # the rest in the transaction, after the body
@@ -278,20 +338,19 @@ def serve_lease_path(
             body,
             now_ms(),
         )
-        held = False
-        if leased is not None and not isinstance(answer, ErrorAnswer):
-            node, req, grant = leased
-            try:
-                if grant is None and req.wait_ms != 0:
-                    held = True
-                    grant = await hold(exchange, node, req)  # the result is committed
-                answer = attrs.evolve(answer, next=LeaseAnswer(grant))
-            except _Stopping:
-                pass  # the result's answer without ``next`` (module doc)
-        if held:  # woken with the others of a burst, as a held lease poll is: a 200
-            await answer_in_turn(exchange, unstructure(answer))
+        if leased is None or isinstance(answer, ErrorAnswer):
+            await exchange.answer(code, unstructure(answer))
             return
-        await exchange.answer(code, unstructure(answer))
+        node, req, grant = leased
+        if grant is None and req.wait_ms != 0:  # the result is committed: held for ``next``
+
+            def with_next(next_answer: LeaseAnswer | None) -> Any:
+                # None (the daemon stops): the result's answer without ``next`` (module doc)
+                return unstructure(attrs.evolve(answer, next=next_answer))
+
+            await answer_held(exchange, node, req, with_next)
+            return
+        await deliver(exchange, unstructure(attrs.evolve(answer, next=LeaseAnswer(grant))), grant)
 
     async def serve(exchange: _Exchange, copy_id: str | None) -> None:
         try:
