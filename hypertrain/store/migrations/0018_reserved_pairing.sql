@@ -1,0 +1,2 @@
+-- 0018_reserved_pairing: a placeholder that keeps the migration sequence gapless on branch rescore, whose own
+-- migration is 0020. The real 0018 comes with issue 19 items 1+2 (branch pairing); drop this file when merging it.
