@@ -29,6 +29,8 @@ WAKES: list[tuple[Event, set[str]]] = [
     (("expired", {**JOB, "expiries": 3, "replaced": False}), set()),
     (("fallback", {**JOB, "reason": "wait"}), {FALLBACK}),
     (("trace", {"node": "n1", "challenge": "delta-loss", "trace": "hidden"}), set()),
+    (("audit", {**JOB, "change": "drawn", "round": 7}), {FALLBACK}),
+    (("audit", {**JOB, "change": "agreed"}), set()),
 ]
 
 
