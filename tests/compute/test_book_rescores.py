@@ -180,6 +180,8 @@ async def test_only_agreements_are_entered_and_none_at_zero_permille(book: Book)
     quiet, _, _ = await _agreed(book, LOSS)
     assert await book.db.read(rescore_state, quiet) is None
     book.settings = attrs.evolve(book.settings, audit_permille=1000)
+    entered, _, _ = await _agreed(book, LOSS)
+    assert await book.db.read(rescore_state, entered) == "waiting"
     # A split settled by a third copy is not entered (nor is a fallback-settled step).
     a, _ = await book.node(handle="x1")
     b, _ = await book.node(handle="x2")

@@ -105,10 +105,12 @@ async def test_colluders_agreeing_on_a_wrong_value_are_caught_by_a_drawn_rescore
         job_id, a, b = await _agree(handle, client, OTHER)
         paid = {n["id"]: n["compute_credits"] for n in await _status_nodes(client)}
         await _until(handle, job_id, ["replaced"])
+        decided_ms, rescored_ms = await handle.ctx.db.read(_times, job_id)
         step = (await client.get(f"/v1/compute/steps/{job_id}")).json()
         credits = {n["id"]: n["compute_credits"] for n in await _status_nodes(client)}
     assert paid == {a["node_id"]: 1, b["node_id"]: 1}
     assert fallbacks.scored == ["x:trace.u16"]
+    assert rescored_ms == decided_ms  # the draw wakes the pool at once
     assert (step["how"], step["result"]["objective"]) == ("fallback", LOSS["loss"])
     assert credits == {a["node_id"]: 0, b["node_id"]: 0}
     assert _audits(events, job_id) == ["drawn", "replaced"]
@@ -172,3 +174,10 @@ def _draw_row(conn: Any, job_id: str) -> tuple[Any, ...]:
         (job_id,),
     ).fetchone()
     return row
+
+
+def _times(conn: Any, job_id: str) -> tuple[int, int]:
+    row = conn.execute(
+        "SELECT decided_ms, rescored_ms FROM compute_rescores WHERE job_id = ?", (job_id,)
+    ).fetchone()
+    return int(row[0]), int(row[1])
