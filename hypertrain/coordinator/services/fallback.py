@@ -152,4 +152,7 @@ class FallbackPool:
         )
         for kind, payload in events:
             if kind == "audit":
-                log.info("re-score of job %s: %s", job.job_id, payload["change"])
+                level = logging.WARNING if payload["change"] == "replaced" else logging.INFO
+                log.log(level, "re-score of job %s: %s", job.job_id, payload["change"])
+            if kind == "audit" and payload.get("consumed"):
+                log.warning("re-score of job %s: %s", job.job_id, payload["consumed"])
