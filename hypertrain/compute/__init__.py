@@ -4,7 +4,8 @@ state machine of jobs, copies, leases, strikes and credit (issue 8 item 1; no HT
 Pure modules (no clock, no I/O): :mod:`.wire` (every body of the compute routes, shared with
 the node: requests, grants, answers), :mod:`.keys` (node keys, lease tokens, handles),
 :mod:`.answers` (a posted result checked into an :class:`Answer`), :mod:`.rules` (agreement,
-decisions, judging, the UTC day), :mod:`.model` (settings, events, records).
+decisions, judging, the UTC day), :mod:`.model` (settings, events, records), :mod:`.draws` (which
+settled steps the beacon draws for a trusted re-score).
 
 Store functions (each the body of ONE ``db.write``/``db.read`` transaction; each takes the wall
 time ``now_ms`` from its caller and returns the events to publish as ``(kind, payload)``):
@@ -14,15 +15,21 @@ time ``now_ms`` from its caller and returns the events to publish as ``(kind, pa
 :func:`submit_result` (:mod:`.results`); :func:`expire_due`, :func:`fallback_due`,
 :func:`next_deadline_ms`, :func:`lease_due_ms`, :func:`wait_due_ms` (:mod:`.timers`);
 :func:`settle_trusted` (:mod:`.fallback`);
+:func:`fix_draw_rounds`, :func:`due_draws`, :func:`decide_draw`, :func:`pending_rescores`,
+:func:`settle_rescore` (:mod:`.rescores`);
 :func:`status` (:mod:`.status`); :func:`leaderboard_rows`, :func:`standing_of`
-(:mod:`.leaderboard`). Tables: ``0008_compute.sql`` (the leaderboard's index: ``0019``).
+(:mod:`.leaderboard`). Tables: ``0008_compute.sql`` (the leaderboard's index: ``0019``),
+``0020_compute_rescores.sql``.
 
 Life of a step: ``enqueue_step`` -> two queued copies -> ``lease`` (two different nodes) ->
 ``submit_result`` x2 -> agreement (settled, both paid) | split (third copy, majority, minority
 struck) | fallback (``fallback_due``/rules -> the trusted evaluator -> ``settle_trusted``).
+A step settled by agreement may then be drawn by the beacon (``fix_draw_rounds``,
+``decide_draw``) and re-scored by the trusted evaluator (``settle_rescore``).
 """
 
 from hypertrain.compute.answers import ERROR_TEXT_LIMIT, Answer, answer_of, parse_answer
+from hypertrain.compute.draws import draw_round, is_drawn
 from hypertrain.compute.fallback import settle_trusted
 from hypertrain.compute.jobs import (
     canonical_subject,
@@ -60,6 +67,14 @@ from hypertrain.compute.nodes import (
     normalise_capabilities,
     normalise_hardware,
     register_node,
+)
+from hypertrain.compute.rescores import (
+    decide_draw,
+    due_draws,
+    fix_draw_rounds,
+    pending_rescores,
+    rescore_state,
+    settle_rescore,
 )
 from hypertrain.compute.results import GONE, Submitted, submit_result
 from hypertrain.compute.rules import (
@@ -118,12 +133,17 @@ __all__ = [
     "canonical_subject",
     "check_handle",
     "decide",
+    "decide_draw",
+    "draw_round",
+    "due_draws",
     "eligible_challenges",
     "enqueue_step",
     "expire_due",
     "fallback_due",
+    "fix_draw_rounds",
     "get_node",
     "hand_out",
+    "is_drawn",
     "is_inconclusive",
     "is_node_key",
     "iso_ms",
@@ -142,10 +162,13 @@ __all__ = [
     "normalise_hardware",
     "parse_answer",
     "pending_fallbacks",
+    "pending_rescores",
     "register_node",
+    "rescore_state",
     "return_unsent",
     "secret_hash",
     "secret_matches",
+    "settle_rescore",
     "settle_trusted",
     "standing_of",
     "status",

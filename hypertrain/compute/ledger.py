@@ -8,18 +8,25 @@ Promises:
 - :func:`strike` records one strike per copy on the UTC day of ``now_ms``; when the node then
   has ``strikes_per_day`` strikes on that day it is disabled until the next UTC midnight.
 - :func:`set_verdict` applies a :data:`Verdict` (``none`` pays and strikes nobody).
+- :func:`claw_back` takes back what :func:`pay` gave a copy, exactly once (one
+  ``compute_clawbacks`` row keyed by copy id): ``credits``, ``compute_credits`` and
+  ``jobs_done`` move back together. It never makes a balance negative: it takes
+  ``min(paid, credits, compute_credits)`` and records both figures (a shortfall, which nothing
+  in the book can cause since nothing else spends compute credit, stays visible in the row
+  instead of a negative balance). A copy never paid, or already clawed back, gives nothing.
 Events name the node: they are published only once the copy's job is settled.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 from hypertrain.compute.model import ComputeSettings, Event, iso_ms
 from hypertrain.compute.rows import Copy
 from hypertrain.compute.rules import Verdict, next_day_start_ms, utc_day
 
-__all__ = ["pay", "set_verdict", "strike"]
+__all__ = ["claw_back", "pay", "set_verdict", "strike"]
 
 
 def _mark(conn: sqlite3.Connection, copy_id: str, verdict: Verdict) -> None:
@@ -105,3 +112,31 @@ def set_verdict(
         return strike(conn, copy, now_ms, settings)
     _mark(conn, copy.copy_id, "none")
     return []
+
+
+def claw_back(conn: sqlite3.Connection, copy: Copy, now_ms: int) -> dict[str, Any] | None:
+    """Take back ``copy``'s payout (module doc): ``{node, copy, paid, clawed}``, or None when
+    there is nothing (left) to take."""
+    paid = conn.execute(
+        "SELECT amount FROM compute_credits WHERE copy_id = ?", (copy.copy_id,)
+    ).fetchone()
+    if paid is None:
+        return None
+    (amount,) = paid
+    credits, compute = conn.execute(
+        "SELECT credits, compute_credits FROM compute_nodes WHERE node_id = ?", (copy.node_id,)
+    ).fetchone()
+    clawed = max(0, min(amount, credits, compute))
+    inserted = conn.execute(
+        "INSERT OR IGNORE INTO compute_clawbacks (copy_id, node_id, job_id, paid, clawed,"
+        " clawed_ms) VALUES (?, ?, ?, ?, ?, ?)",
+        (copy.copy_id, copy.node_id, copy.job_id, amount, clawed, now_ms),
+    ).rowcount
+    if not inserted:
+        return None
+    conn.execute(
+        "UPDATE compute_nodes SET credits = credits - ?, compute_credits = compute_credits - ?,"
+        " jobs_done = max(jobs_done - 1, 0) WHERE node_id = ?",
+        (clawed, clawed, copy.node_id),
+    )
+    return {"node": copy.node_id, "copy": copy.copy_id, "paid": amount, "clawed": clawed}

@@ -2,14 +2,16 @@
 
 - :class:`ComputeSettings`: the named policy numbers (credit per accepted copy, the fallback
   window, the lease grace after the kill time, expiries before the fallback, strikes per day,
-  the online window of the status view, the timing window factor).
+  the online window of the status view, the timing window factor, the re-score rate).
 - :data:`Event`: what a book function asks its caller to publish, ``(kind, payload)`` with
   ``kind`` in :data:`EVENT_KINDS`. Payloads hold ids and status only: never a key, a lease
   token, an unsettled answer, or which node holds which copy of an unsettled job. They say
   enough for the caller to know which waiters to wake (:mod:`hypertrain.coordinator.
   computehub`): ``queued`` (a step enqueued, or a busy copy given back) and ``split`` (a third
   copy) queue a copy; an ``expired`` copy was replaced when its ``replaced`` is true; ``lease``
-  sets a lease deadline; ``fallback`` hands a step to the trusted evaluator.
+  sets a lease deadline; ``fallback`` hands a step to the trusted evaluator; ``audit`` with
+  ``change`` ``drawn`` hands a settled step to it for a sampled re-score
+  (:mod:`hypertrain.compute.rescores`).
 - :class:`Node`, :class:`Job`: frozen rows with their JSON views (the lease grant is a wire
   class, :class:`~hypertrain.compute.wire.LeaseGrant`).
 
@@ -50,6 +52,7 @@ EventKind = Literal[
     "fallback",
     "trace",
     "returned",
+    "audit",
 ]
 EVENT_KINDS: Final[tuple[EventKind, ...]] = get_args(EventKind)
 Event = tuple[EventKind, dict[str, Any]]
@@ -73,6 +76,9 @@ class ComputeSettings:
     """A node seen this recently is online in the status view."""
     timing_wait_factor: int = 10
     """A timing step (never scored by the fallback) waits this many windows before unscored."""
+    audit_permille: int = 50
+    """Of the steps settled by agreement, how many per thousand the beacon draws for a trusted
+    re-score (``HYPERTRAIN_COMPUTE_AUDIT_PERMILLE``; 0: none, 1000: all)."""
 
     def __attrs_post_init__(self) -> None:
         for name in ("credit", "wait_ms", "lease_grace_ms", "online_ms"):
@@ -81,6 +87,8 @@ class ComputeSettings:
         for name in ("max_expiries", "strikes_per_day", "timing_wait_factor"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if not 0 <= self.audit_permille <= 1000:
+            raise ValueError("audit_permille must be in 0..1000")
 
 
 DEFAULT_SETTINGS: Final = ComputeSettings()

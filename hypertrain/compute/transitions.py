@@ -16,7 +16,8 @@ Promises (each runs inside the caller's transaction and returns the events to pu
   replacement copy with a fresh window. The ``expired`` event says which: ``replaced`` is true
   exactly when a replacement copy was queued.
 - :func:`settle_job`: the job is ``settled`` with ``how`` and ``result``; winners are paid,
-  losers struck; copies still queued or leased are cancelled.
+  losers struck; copies still queued or leased are cancelled. A step settled by ``agreement``
+  is entered for the sampled re-score draw (:func:`.rescores.note_agreement`).
 - :func:`apply_decision` carries out a :class:`Decision` of :func:`rules.decide`.
 """
 
@@ -28,6 +29,7 @@ import sqlite3
 from hypertrain.compute.answers import Answer
 from hypertrain.compute.ledger import pay, strike
 from hypertrain.compute.model import ComputeSettings, Event, Job
+from hypertrain.compute.rescores import note_agreement
 from hypertrain.compute.rows import Copy, get_job
 from hypertrain.compute.rules import Decision
 from hypertrain.scoring.registry import Challenge
@@ -174,6 +176,8 @@ def settle_job(
         events += pay(conn, copy, now_ms, settings)
     for copy in losers:
         events += strike(conn, copy, now_ms, settings)
+    if how == "agreement":
+        note_agreement(conn, job.job_id, now_ms, settings)
     return events
 
 

@@ -33,11 +33,12 @@ caller of a book transaction hands it the events the transaction returned, and i
      (a lease takes a copy out of the queue, ending no window sooner), so it is no earlier than
      the plan, or the reaper was woken already by whatever made it earlier;
    - the fallback pool waits on :data:`FALLBACK`: woken when a step went to the trusted
-     evaluator (``fallback``).
+     evaluator (``fallback``), or the beacon drew a settled step for a trusted re-score
+     (``audit`` with ``change`` ``drawn``).
 
    The other kinds (``register``, ``result``, ``accepted``, ``strike``, ``settled``, ``trace``,
-   a ``returned`` not queued again) wake nobody: they make no copy leasable, set no earlier
-   deadline and send nothing to the fallback.
+   a ``returned`` not queued again, and ``audit`` of a re-score's outcome) wake nobody: they
+   make no copy leasable, set no earlier deadline and send nothing to the fallback.
 
 :meth:`ComputeHub.close` (daemon shutdown) makes every waiter return ``Stopping``.
 """
@@ -123,7 +124,7 @@ def waiters_of(kind: EventKind, payload: Mapping[str, Any]) -> frozenset[str]:
         return _NEW_COPY
     if kind == "lease":
         return frozenset({TIMERS})
-    if kind == "fallback":
+    if kind == "fallback" or (kind == "audit" and payload["change"] == "drawn"):
         return frozenset({FALLBACK})
     return _NOBODY
 
@@ -148,7 +149,11 @@ class ComputeHub:
         cls, settings: CoordinatorSettings, events: EventHub, db: Database, wall: WallClock
     ) -> ComputeHub:
         return cls(
-            ComputeSettings(credit=settings.compute_credit, wait_ms=settings.compute_wait_ms),
+            ComputeSettings(
+                credit=settings.compute_credit,
+                wait_ms=settings.compute_wait_ms,
+                audit_permille=settings.compute_audit_permille,
+            ),
             events,
             db=db,
             wall=wall,

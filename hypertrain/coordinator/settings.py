@@ -61,6 +61,11 @@ def _non_negative(_instance: object, attribute: attrs.Attribute[int], value: int
         raise ValueError(f"{attribute.name} must be an integer >= 0, got {value!r}")
 
 
+def _permille(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if type(value) is not int or not 0 <= value <= 1000:
+        raise ValueError(f"{attribute.name} must be an integer in 0..1000, got {value!r}")
+
+
 def _genesis(_instance: object, attribute: attrs.Attribute[int | None], value: int | None) -> None:
     if value is not None and (type(value) is not int or value < 0):
         raise ValueError(f"{attribute.name} must be unix seconds >= 0 or unset, got {value!r}")
@@ -112,6 +117,9 @@ class CoordinatorSettings:
     """A scoring step's window before the fallback scores it (``HYPERTRAIN_COMPUTE_WAIT_MS``)."""
     compute_pool: int = attrs.field(factory=lambda: os.cpu_count() or 1, validator=_positive)
     """Concurrent fallback scorers (``HYPERTRAIN_COMPUTE_POOL``; default: the cores)."""
+    compute_audit_permille: int = attrs.field(default=50, validator=_permille)
+    """Of the scoring steps settled by agreement, how many per thousand the beacon draws for a
+    trusted re-score by the fallback pool (``HYPERTRAIN_COMPUTE_AUDIT_PERMILLE``, 0..1000)."""
     trace_samples: int = attrs.field(default=32, validator=_positive)
     """Samples in each scoring trace (public: from the train split; hidden: the holdout)."""
     checkpoint_every: int = attrs.field(default=DEFAULT_CHECKPOINT_EVERY, validator=_positive)

@@ -27,6 +27,7 @@ heldout_samples            HYPERTRAIN_HELDOUT_SAMPLES                           
 compute_credit             HYPERTRAIN_COMPUTE_CREDIT                                    1
 compute_wait_ms            HYPERTRAIN_COMPUTE_WAIT_MS                                   20000
 compute_pool               HYPERTRAIN_COMPUTE_POOL                                      cores
+compute_audit_permille     HYPERTRAIN_COMPUTE_AUDIT_PERMILLE                            50
 trace_samples              HYPERTRAIN_TRACE_SAMPLES                                     32
 checkpoint_every           HYPERTRAIN_CHECKPOINT_EVERY                                  10
 checkpoint_license         HYPERTRAIN_CHECKPOINT_LICENSE                                NOASSERTION
@@ -225,6 +226,7 @@ _KEYS: Final = (
     _Key("compute_credit", _int(0), env="HYPERTRAIN_COMPUTE_CREDIT"),
     _Key("compute_wait_ms", _int(0), env="HYPERTRAIN_COMPUTE_WAIT_MS"),
     _Key("compute_pool", _int(1, 256), env="HYPERTRAIN_COMPUTE_POOL"),
+    _Key("compute_audit_permille", _int(0, 1000), env="HYPERTRAIN_COMPUTE_AUDIT_PERMILLE"),
     _Key("trace_samples", _int(1, 4096), env="HYPERTRAIN_TRACE_SAMPLES"),
     _Key("checkpoint_every", _int(1), env="HYPERTRAIN_CHECKPOINT_EVERY"),
     _Key("checkpoint_license", _text, env="HYPERTRAIN_CHECKPOINT_LICENSE"),

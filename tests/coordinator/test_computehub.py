@@ -31,6 +31,8 @@ WAKES: list[tuple[Event, set[str]]] = [
     (("trace", {"node": "n1", "challenge": "delta-loss", "trace": "hidden"}), set()),
     (("returned", {**JOB, "trace": "public", "requeued": True}), {WORK, TIMERS}),
     (("returned", {**JOB, "trace": "public", "requeued": False}), set()),
+    (("audit", {**JOB, "change": "drawn", "round": 7}), {FALLBACK}),
+    (("audit", {**JOB, "change": "agreed"}), set()),
 ]
 
 

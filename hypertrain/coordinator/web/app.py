@@ -26,6 +26,7 @@ from hypertrain.coordinator.context import BeaconObserver, Coordinator
 from hypertrain.coordinator.services.audits import AuditDraws
 from hypertrain.coordinator.services.disputes import DisputeClock
 from hypertrain.coordinator.services.finality import Finality
+from hypertrain.coordinator.services.rescores import RescoreDraws
 from hypertrain.coordinator.services.runs import RunsService
 from hypertrain.coordinator.services.scorefeed import ScoreFeed
 from hypertrain.coordinator.web import (
@@ -75,6 +76,8 @@ class AppParts:
     """The dispute deadlines after each new D."""
     finality: Finality
     """Finalize records (the route's and the daemon's aggregator's) and the ledger feed."""
+    rescores: RescoreDraws
+    """The sampled trusted re-score draws after each new D."""
     answers: AnswerCache
     """The public read views' answers, served in front of Quart while the data is unchanged."""
     run_sync: RunSync = run_inline
@@ -82,8 +85,13 @@ class AppParts:
 
     def beacon_observers(self) -> list[BeaconObserver]:
         """What the caller subscribes to new beacon rounds, in order: the round-state feed,
-        the audit draw, then the dispute deadlines."""
-        return [self.runs.on_beacon, self.audits.on_beacon, self.disputes.on_beacon]
+        the audit draw, the dispute deadlines, then the re-score draws."""
+        return [
+            self.runs.on_beacon,
+            self.audits.on_beacon,
+            self.disputes.on_beacon,
+            self.rescores.on_beacon,
+        ]
 
     @classmethod
     def build(cls, ctx: Coordinator, *, run_sync: RunSync = run_inline) -> AppParts:
@@ -94,6 +102,7 @@ class AppParts:
             audits=AuditDraws(ctx, run_sync),
             disputes=DisputeClock(ctx),
             finality=Finality(ctx),
+            rescores=RescoreDraws(ctx),
             answers=AnswerCache(ctx.db),
             run_sync=run_sync,
         )
