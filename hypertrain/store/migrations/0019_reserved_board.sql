@@ -1,2 +1,0 @@
--- 0019_reserved_board: a placeholder that keeps the migration sequence gapless on branch rescore, whose own
--- migration is 0020. The real 0019 comes with issue 19 items 6+7 (branch board); drop this file when merging it.
