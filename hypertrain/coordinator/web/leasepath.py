@@ -44,7 +44,10 @@ which still lists both routes: 405 for other methods) with every guarantee of a 
   for a turn is bounded because an answer's send cannot be cancelled (hypercorn shields it): a
   client that does not read and has let its socket's send buffer fill keeps its turn, and
   ``answers_at_once`` such clients delay every held answer by :data:`ANSWER_TURN_WAIT`, never
-  more.
+  more;
+- each lease answer counts in ``metrics`` by outcome (a copy, none, 403), and each result
+  taken by its answer's status, once its transaction committed
+  (:meth:`~hypertrain.coordinator.metrics.Metrics.on_lease`, ``on_result``).
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ from hypertrain.compute.wire import (
 from hypertrain.coordinator.computehub import Wake
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.flows.compute import lease_for_key, receive_result
+from hypertrain.coordinator.metrics import Metrics
 from hypertrain.coordinator.tokens import bearer_token
 from hypertrain.coordinator.web.answers import encode_json
 from hypertrain.coordinator.web.http import (
@@ -175,8 +179,12 @@ class _Exchange:
         scope.cancel()
 
 
+def _lease_outcome(grant: LeaseGrant | None) -> str:
+    return "empty" if grant is None else "granted"
+
+
 def serve_lease_path(
-    app: ASGIApp, ctx: Coordinator, *, answers_at_once: int = ANSWERS_AT_ONCE
+    app: ASGIApp, ctx: Coordinator, *, metrics: Metrics, answers_at_once: int = ANSWERS_AT_ONCE
 ) -> ASGIApp:
     """``app`` with the lease path served in front of it (module doc)."""
     hub = ctx.compute
@@ -248,12 +256,15 @@ def serve_lease_path(
             partial(lease_for_key, settings=hub.settings), key, body, now_ms()
         )
         if outcome is not None and not isinstance(outcome, LeaseGrant):
+            metrics.on_lease("refused")
             await exchange.answer(403, unstructure(outcome))
             return
         if outcome is None and req.wait_ms != 0:
             outcome = await hold(exchange, node, req)
+            metrics.on_lease(_lease_outcome(outcome))
             await answer_in_turn(exchange, unstructure(LeaseAnswer(outcome)))
             return
+        metrics.on_lease(_lease_outcome(outcome))
         await exchange.answer(200, unstructure(LeaseAnswer(outcome)))
 
     async def answer_in_turn(exchange: _Exchange, obj: Any) -> None:
@@ -278,6 +289,7 @@ def serve_lease_path(
             body,
             now_ms(),
         )
+        metrics.on_result("gone" if isinstance(answer, ErrorAnswer) else answer.status)
         held = False
         if leased is not None and not isinstance(answer, ErrorAnswer):
             node, req, grant = leased
@@ -285,6 +297,7 @@ def serve_lease_path(
                 if grant is None and req.wait_ms != 0:
                     held = True
                     grant = await hold(exchange, node, req)  # the result is committed
+                metrics.on_lease(_lease_outcome(grant))
                 answer = attrs.evolve(answer, next=LeaseAnswer(grant))
             except _Stopping:
                 pass  # the result's answer without ``next`` (module doc)
