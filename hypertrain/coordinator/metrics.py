@@ -12,7 +12,8 @@ calls ``inc``):
 - the events ``/v1/events`` streams, through :meth:`Metrics.on_event`:
   ``hypertrain_compute_expiries_total`` (compute ``expired``),
   ``hypertrain_scoring_steps_total{outcome}`` (compute ``settled``, :data:`SCORING_OUTCOMES`),
-  ``hypertrain_rounds_total{state}`` (``round_state``, by the state entered),
+  ``hypertrain_rounds_total{state}`` (``round_state``, by the state entered; a state
+  announced twice for one round counts once),
   ``hypertrain_merges_total`` and the histogram ``hypertrain_merge_duration_seconds``
   (``round_state`` ``aggregated``; the duration when the daemon's aggregator merged it),
   the gauge ``hypertrain_heldout_loss{run_id}`` (``heldout``, the run's latest round) and
@@ -50,6 +51,7 @@ from prometheus_client import (
 
 __all__ = [
     "CONTENT_TYPE",
+    "LAST_ROUND_STATE",
     "LATENCY_BUCKETS",
     "LEASE_OUTCOMES",
     "METHODS",
@@ -81,6 +83,8 @@ RESULT_OUTCOMES: Final = ("counted", "judged", "held", "released", "gone")
 SCORING_OUTCOMES: Final = ("agreement", "third-copy", "fallback", "unscored")
 """How a scoring step ended: settled by two copies' agreement, by a third copy, by the
 fallback evaluator, or left unscored (a timing challenge no node could answer)."""
+LAST_ROUND_STATE: Final = "RELEASED"
+"""A round's last state (its escrow vested): past it no change is counted for it again."""
 _NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
 
 
@@ -174,6 +178,7 @@ class Metrics:
             registry=registry,
         )
         self._heldout_w: dict[str, int] = {}
+        self._states: dict[tuple[str, object], str] = {}
         for outcome in LEASE_OUTCOMES:
             self.leases.labels(outcome)
         for outcome in RESULT_OUTCOMES:
@@ -213,7 +218,7 @@ class Metrics:
         if kind == "compute":
             self._compute(data)
         elif kind == "round_state":
-            self.rounds.labels(_name(data.get("state"))).inc()
+            self._round_state(data)
             if data.get("state") == "aggregated":
                 self.merges.inc()
                 seconds = data.get("merge_seconds")
@@ -231,6 +236,20 @@ class Metrics:
         elif event == "settled":
             outcome = data.get("how") if data.get("state") == "settled" else data.get("state")
             self.scoring.labels(_name(outcome)).inc()
+
+    def _round_state(self, data: Mapping[str, Any]) -> None:
+        """Count a round's change of state, once: a state published again for the same round
+        (a final round is announced by the finalizer, then by the state feed) is not a change.
+        A round is forgotten once :data:`LAST_ROUND_STATE`."""
+        state = _name(data.get("state"))
+        key = (str(data.get("run_id")), data.get("w"))
+        if self._states.get(key) == state:
+            return
+        self.rounds.labels(state).inc()
+        if state == LAST_ROUND_STATE:
+            self._states.pop(key, None)
+        else:
+            self._states[key] = state
 
     def _heldout(self, data: Mapping[str, Any]) -> None:
         run_id, w, loss = data.get("run_id"), data.get("w"), data.get("loss")

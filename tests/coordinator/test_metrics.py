@@ -83,6 +83,9 @@ def test_events_count_scoring_steps_expiries_rounds_merges_and_audits() -> None:
             ("round_state", {"run_id": "r", "w": 0, "state": "OPEN", "D": 3}),
             ("round_state", {"run_id": "r", "w": 0, "state": "TRAINING", "D": 5}),
             ("round_state", {"run_id": "r", "w": 1, "state": "OPEN", "D": 9}),
+            ("round_state", {"run_id": "r", "w": 1, "state": "FINAL", "verdicts": {}}),
+            ("round_state", {"run_id": "r", "w": 1, "state": "FINAL", "D": 10}),  # once
+            ("round_state", {"run_id": "r", "w": 1, "state": "RELEASED", "D": 11}),
             ("round_state", {"run_id": "r", "w": 0, "state": "aggregated", "merge_seconds": 0.4}),
             ("round_state", {"run_id": "r", "w": 1, "state": "aggregated", "opened": 2}),
             ("audit", {"run_id": "r", "change": "selected", "target": "5x"}),
@@ -101,6 +104,8 @@ def test_events_count_scoring_steps_expiries_rounds_merges_and_audits() -> None:
     assert value(metrics, "hypertrain_compute_leases_total", outcome="granted") == 0
     assert value(metrics, "hypertrain_rounds_total", state="OPEN") == 2
     assert value(metrics, "hypertrain_rounds_total", state="TRAINING") == 1
+    assert value(metrics, "hypertrain_rounds_total", state="FINAL") == 1
+    assert value(metrics, "hypertrain_rounds_total", state="RELEASED") == 1
     assert value(metrics, "hypertrain_rounds_total", state="aggregated") == 2
     assert value(metrics, "hypertrain_merges_total") == 2
     assert value(metrics, "hypertrain_merge_duration_seconds_count") == 1  # one was timed
