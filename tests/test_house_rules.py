@@ -29,6 +29,7 @@ COORDINATOR_TOP = frozenset(
         "tokens.py",
         "events.py",
         "computehub.py",
+        "metrics.py",
         "metagraph.py",
         "web",
         "flows",

@@ -16,12 +16,18 @@ and counted. Publishing is a plain function; a closed subscriber is simply forgo
 Every event carries a hub-wide sequence number (``seq``, from 1), sent as the SSE ``id:`` so a
 reader can tell it missed events; ``Subscription.dropped`` counts the ones dropped for it.
 The event's JSON text is made once, at publish time (later mutation of ``data`` cannot leak in).
+
+``hub.observers`` are plain functions called with ``(kind, data)`` for each event as it is
+published, in order, before any subscriber sees it (the daemon's metrics count events there,
+:meth:`hypertrain.coordinator.metrics.Metrics.on_event`); they must not block or keep ``data``.
+One that raises is logged and the event is still published.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import AsyncIterator, Iterable, Mapping
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -34,12 +40,18 @@ __all__ = [
     "DEFAULT_SUBSCRIBER_CAPACITY",
     "EventHub",
     "EventHubStatistics",
+    "EventObserver",
     "HubEvent",
     "Subscription",
 ]
 
+log = logging.getLogger(__name__)
+
 DEFAULT_SUBSCRIBER_CAPACITY: Final = 256
 """Events buffered per subscriber before the oldest is dropped."""
+
+EventObserver = Callable[[str, Mapping[str, Any]], None]
+"""``observer(kind, data)`` for each event published (module doc)."""
 
 
 @attrs.frozen
@@ -139,6 +151,8 @@ class EventHub:
         self._published = 0
         self._dropped = 0
         self._closed = False
+        self.observers: list[EventObserver] = []
+        """Called with each event as it is published (module doc)."""
 
     @property
     def closed(self) -> bool:
@@ -154,6 +168,11 @@ class EventHub:
         if self._closed:
             return
         text = COMPACT_JSON.encode(data)
+        for observer in self.observers:
+            try:
+                observer(kind, data)
+            except Exception:
+                log.exception("event observer %r failed on a %s event", observer, kind)
         self._published += 1
         event = HubEvent(seq=self._published, kind=kind, json=text)
         for subscriber in self._subscribers:

@@ -4,6 +4,7 @@
 
     supervisor  (open_supervisor: SIGINT/SIGTERM/SIGHUP -> graceful shutdown within --grace)
     ├─ http      serve_asgi(create_app(ctx, parts))      started first; prints the URL
+    ├─ metrics   serve_asgi(metrics_app(parts.metrics))  only with --metrics-bind
     └─ services  every entry of services.SERVICES under supervise(), in order
 
 The services are the rows of :data:`hypertrain.daemon.services.SERVICES` (what each does is
@@ -11,7 +12,9 @@ its factory's docstring there); the routes are
 :data:`hypertrain.coordinator.web.app.ROUTE_MODULES`.
 The root builds the :class:`~hypertrain.coordinator.context.Coordinator`, the routes' parts
 (:class:`~hypertrain.coordinator.web.app.AppParts`, shared with the scoring feed) and
-subscribes the round-state feed to new beacon rounds.
+subscribes the round-state feed to new beacon rounds and the metrics to the event hub. The app
+serves ``GET /metrics`` itself unless ``--metrics-bind`` gives it a listener of its own, and
+writes access lines (logger :data:`ACCESS_LOGGER`) with ``--access-log``.
 
 Shutdown (a signal, or :meth:`DaemonHandle.request_shutdown` in tests) runs, in order:
 ``ctx.stopping.set()`` (long polls and SSE streams answer 503 / end), the event hub and the
@@ -44,6 +47,7 @@ from hypertrain.coordinator.services.ledgerclock import LedgerClock
 from hypertrain.coordinator.services.ledgerfeed import LedgerFeed
 from hypertrain.coordinator.settings import CoordinatorSettings
 from hypertrain.coordinator.web.app import App, AppParts, create_app
+from hypertrain.coordinator.web.instrument import metrics_app
 from hypertrain.daemon.logs import configure_logging
 from hypertrain.daemon.services import SERVICES, DaemonParts, ServiceSpec
 from hypertrain.daemon.settings import ConfigError, DaemonSettings, load_settings
@@ -65,7 +69,15 @@ from nurseries import (
     tune_collector_for_serving,
 )
 
-__all__ = ["EXIT_CONFIG", "EXIT_FAILURE", "EXIT_OK", "DaemonHandle", "main", "serve_daemon"]
+__all__ = [
+    "ACCESS_LOGGER",
+    "EXIT_CONFIG",
+    "EXIT_FAILURE",
+    "EXIT_OK",
+    "DaemonHandle",
+    "main",
+    "serve_daemon",
+]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +85,8 @@ EXIT_OK: Final = 0
 DEMO_FLAG: Final = "--demo"
 EXIT_FAILURE: Final = 1
 EXIT_CONFIG: Final = 2
+ACCESS_LOGGER: Final = "hypertrain.access"
+"""The logger of the access lines (``--access-log``)."""
 RELAY_CLIENT_TIMEOUT: Final = httpx.Timeout(connect=3.0, read=5.0, write=5.0, pool=5.0)
 """Default limits of the outbound client (the relay client passes its own per request)."""
 
@@ -92,6 +106,9 @@ class DaemonHandle:
     """What each started service reported through ``task_status.started(...)``, by name (the
     beacon pusher, the aggregator and the held-out service the round D they
     started at, ...); a service that does not apply here is absent."""
+    metrics_url: str | None = None
+    """The URL of the listener that serves only ``/metrics`` (``--metrics-bind``); None: the
+    API serves it at ``{url}/metrics``."""
 
     def request_shutdown(self, *, immediate: bool = False) -> None:
         """Shut down as SIGTERM would (``immediate``: as a second signal)."""
@@ -167,6 +184,35 @@ async def _run_services(
             task_status.started(started)
 
 
+async def _serve_metrics(
+    supervisor: Supervisor,
+    parts: AppParts,
+    bind: tuple[str, int],
+    stop: trio.Event,
+    grace: float,
+) -> str:
+    """Start the listener that serves only ``/metrics`` (``--metrics-bind``); its URL. An
+    address it cannot listen on is a :class:`ConfigError` naming it."""
+    host, port = bind
+    try:
+        url: str = await supervisor.nursery.start(
+            partial(
+                serve_asgi,
+                metrics_app(parts.metrics),
+                host,
+                port,
+                shutdown_trigger=stop.wait,
+                graceful_timeout=min(DEFAULT_GRACEFUL_TIMEOUT, grace),
+            ),
+            name="metrics",
+        )
+    except OSError as e:
+        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise ConfigError(f"--metrics-bind {shown}: cannot listen ({e.strerror})") from e
+    log.info("metrics on %s/metrics", url)
+    return url
+
+
 async def serve_daemon(
     settings: DaemonSettings,
     *,
@@ -209,7 +255,13 @@ async def serve_daemon(
             raise ConfigError(f"ledger: {problems[0]}")
         app_parts = AppParts.build(ctx, run_sync=offload_for(wall))
         ctx.beacon_observers.extend(app_parts.beacon_observers())
-        app = create_app(ctx, app_parts)
+        ctx.events.observers.extend(app_parts.event_observers())
+        app = create_app(
+            ctx,
+            app_parts,
+            serve_metrics=settings.metrics_bind is None,
+            access_log=logging.getLogger(ACCESS_LOGGER) if settings.access_log else None,
+        )
         http_stop = trio.Event()
         services_scope = trio.CancelScope()
 
@@ -236,9 +288,14 @@ async def serve_daemon(
                 name="http",
             )
             log.info("listening on %s (beacon: %s, D=%d)", url, settings.beacon, ctx.beacon.latest)
+            metrics_url = None
+            if settings.metrics_bind is not None:
+                metrics_url = await _serve_metrics(
+                    supervisor, app_parts, settings.metrics_bind, http_stop, settings.grace
+                )
             parts = DaemonParts(settings, ctx, wall, client, local_chain, app_parts)
             started = await supervisor.nursery.start(_run_services, parts, services, services_scope)
-            task_status.started(DaemonHandle(url, ctx, app, supervisor, started))
+            task_status.started(DaemonHandle(url, ctx, app, supervisor, started, metrics_url))
         if supervisor.shutdown_requested:
             log.info("shut down (signal: %s)", getattr(supervisor.shutdown_signal, "name", None))
 
@@ -268,6 +325,8 @@ async def _run(settings: DaemonSettings) -> None:
         )
         tune_collector_for_serving()  # the process boundary: its collector is ours to set
         print(f"hypertrain-daemon listening on {handle.url}", flush=True)
+        if handle.metrics_url is not None:
+            print(f"hypertrain-daemon metrics on {handle.metrics_url}/metrics", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

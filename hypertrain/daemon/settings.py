@@ -41,6 +41,8 @@ relays (list)                                                --relay URL (repeat
 local_period                                                 --local-period S           as stored
 grace                                                        --grace S                  5
 log_format                                                   --log-format text|json     text
+access_log                 HYPERTRAIN_ACCESS_LOG             --access-log               off
+metrics_bind               HYPERTRAIN_METRICS_BIND           --metrics-bind HOST:PORT   unset
 aggregator                 HYPERTRAIN_AGGREGATOR                                        internal
 scorer                     HYPERTRAIN_SCORER                                            warm
 =========================  ================================  =========================  =========
@@ -49,6 +51,11 @@ scorer                     HYPERTRAIN_SCORER                                    
 machine (``hypertrain aggregate``) merges them through the aggregator routes instead.
 ``scorer = "cold"`` makes the fallback pool start one scorer process per job instead of forking
 each from one warm process (:mod:`hypertrain.scoring.warm`).
+``access_log`` (``on``/``off``; TOML: a boolean; the flag turns it on) writes one log line per
+request (method, path, route, status, duration). ``metrics_bind`` serves ``GET /metrics`` on a
+listener of its own at ``HOST:PORT`` (an IP address, IPv6 in brackets: ``127.0.0.1:9100``,
+``[::1]:9100``; port 0 picks a free one) instead of on the API's, whose ``/metrics`` then
+answers 404; it may not be the API's own address.
 
 Every problem (an unknown TOML key, a value of the wrong type or range, a bad flag) is a
 :class:`ConfigError` whose message is one line naming the key and where it came from; the
@@ -58,6 +65,7 @@ program prints it and exits 2. :func:`load_settings` is pure (reads only the TOM
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import math
 import re
 import tomllib
@@ -121,6 +129,10 @@ class DaemonSettings:
     """How the fallback pool runs its sandboxed scorers: ``warm``, each job in a child forked
     from one process that imported torch (:mod:`hypertrain.scoring.warm`); ``cold``, a new
     process per job (:func:`hypertrain.scoring.sandbox.run_scorer`)."""
+    access_log: bool = False
+    """One log line per HTTP request (:mod:`hypertrain.coordinator.web.instrument`)."""
+    metrics_bind: tuple[str, int] | None = None
+    """``(host, port)`` of a listener serving only ``/metrics``; None: the API serves it."""
 
 
 # -- value parsers: each takes a raw value (str from env/CLI, native from TOML) and the place it
@@ -198,6 +210,36 @@ def _relays(value: object, where: str) -> tuple[str, ...]:
     return tuple(relays)
 
 
+_SWITCH: Final = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
+
+
+def _switch(value: object, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _SWITCH:
+        return _SWITCH[value.strip().lower()]
+    _fail(where, "on or off", value)
+
+
+_BIND: Final = re.compile(r"(?:\[(?P<v6>[^\]]+)\]|(?P<v4>[^:\[\]]+)):(?P<port>[0-9]{1,5})")
+
+
+def _bind(value: object, where: str) -> tuple[str, int]:
+    """``HOST:PORT`` with an IP address as HOST (IPv6 in brackets; no names: no DNS)."""
+    expected = "HOST:PORT with an IP address as HOST (127.0.0.1:9100, [::1]:9100)"
+    found = _BIND.fullmatch(value.strip()) if isinstance(value, str) else None
+    if found is None:
+        _fail(where, expected, value)
+    host = found["v6"] or found["v4"]
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        _fail(where, expected, value)
+    if (address.version == 6) != (found["v6"] is not None) or int(found["port"]) > 65535:
+        _fail(where, expected, value)
+    return str(address), int(found["port"])
+
+
 @attrs.frozen
 class _Key:
     name: str
@@ -240,6 +282,8 @@ _KEYS: Final = (
     _Key("local_period", _float(0.0, strict=True), flag="local_period"),
     _Key("grace", _float(0.0, strict=False), flag="grace"),
     _Key("log_format", _choice("text", "json"), flag="log_format"),
+    _Key("access_log", _switch, env="HYPERTRAIN_ACCESS_LOG", flag="access_log"),
+    _Key("metrics_bind", _bind, env="HYPERTRAIN_METRICS_BIND", flag="metrics_bind"),
     _Key("aggregator", _choice("internal", "external"), env="HYPERTRAIN_AGGREGATOR"),
     _Key("scorer", _choice("warm", "cold"), env="HYPERTRAIN_SCORER"),
 )
@@ -253,6 +297,8 @@ _DAEMON_KEYS: Final = frozenset(
         "local_period",
         "grace",
         "log_format",
+        "access_log",
+        "metrics_bind",
         "aggregator",
         "scorer",
     }
@@ -293,6 +339,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--grace", metavar="S", help=f"shutdown grace in seconds (default {DEFAULT_GRACE:g})"
     )
     parser.add_argument("--log-format", help="text (default) or json")
+    parser.add_argument(
+        "--access-log",
+        action="store_const",
+        const="on",
+        help="one log line per HTTP request (route, status, duration)",
+    )
+    parser.add_argument(
+        "--metrics-bind",
+        metavar="HOST:PORT",
+        help="serve GET /metrics on this address instead of the API's",
+    )
     parser.add_argument(
         "--holdout-dir", metavar="DIR", help="the run's private dataset dir (held-out loss)"
     )
@@ -337,6 +394,22 @@ def _from_cli(args: argparse.Namespace) -> dict[str, Any]:
     return values
 
 
+_ANY_HOST: Final = frozenset({"0.0.0.0", "::"})
+
+
+def _check_metrics_bind(daemon: Mapping[str, Any]) -> None:
+    """The metrics listener may not take the API's own address (it would fail to bind)."""
+    bind = daemon.get("metrics_bind")
+    if bind is None or bind[1] == 0:
+        return
+    host, port = daemon.get("host", DEFAULT_HOST), daemon.get("port", DEFAULT_PORT)
+    if bind[1] == port and (bind[0] == host or bool({bind[0], host} & _ANY_HOST)):
+        raise ConfigError(
+            f"metrics_bind: {bind[0]}:{bind[1]} is the API's own address ({host}:{port});"
+            " give the metrics listener another port"
+        )
+
+
 def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> DaemonSettings:
     """Parse ``argv`` (without the program name) over ``environ`` and the TOML file, if any.
 
@@ -359,6 +432,7 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> DaemonSett
                 f"relays: the relays beacon needs at least {MIN_RELAYS} distinct relays "
                 f"(rounds are agreement-checked), got {len(set(relays))}"
             )
+    _check_metrics_bind(daemon)
     try:
         coordinator = CoordinatorSettings(**values)
     except (TypeError, ValueError) as e:

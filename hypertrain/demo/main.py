@@ -33,7 +33,8 @@ What it does, in order (every wait bounded; the files are described in
 7. a live table, one line whenever a round's state, uploads, update norm, clipped count,
    held-out loss or scoring changes (:mod:`hypertrain.demo.table`), then a summary. The demo
    ends once ``N`` rounds were merged and evaluated and every scoring step of their deltas
-   settled (by agreement, a third copy or the fallback).
+   settled (by agreement, a third copy or the fallback). The summary ends with the daemon's
+   own counters from its ``GET /metrics`` (:mod:`hypertrain.demo.metrics`).
 
 With ``--dispute`` (the dispute drill) one more miner, ``drill-0``, on probation, trains one op
 wrong on purpose at the last inner step of every round (``HYPERTRAIN_TEST_MINER_FAULT``, see
@@ -89,6 +90,7 @@ from hypertrain.cli.common import EXIT_USAGE, OneLineParser, positive_int_arg
 from hypertrain.datasets.pin import pin_async
 from hypertrain.demo.checkpoint import CHECKPOINT_SECONDS, CheckpointResult, check_checkpoint
 from hypertrain.demo.children import KILL_WAIT, Child, ChildFailed, Children, open_children
+from hypertrain.demo.metrics import scrape_metrics
 from hypertrain.demo.probe import PROBE_SECONDS, ProbeFailed, measure_training
 from hypertrain.demo.table import (
     HEADER,
@@ -665,6 +667,7 @@ async def run_demo(options: DemoOptions, say: Say = _say) -> int:
                     )
                     stats = await api.call("GET", f"/run/{net.run_id}/auditor-stats")
                     audits = AuditTotals.from_stats(stats)
+                totals = await scrape_metrics(client)
             for miner in net.miners + net.honeypots:
                 await miner.wait(STOP_GRACE)
             await daemon.stop(STOP_GRACE)
@@ -682,6 +685,7 @@ async def run_demo(options: DemoOptions, say: Say = _say) -> int:
         if payout is not None:
             for line in payout.lines(net.names):
                 say(line)
+        say(totals.line())
         if checkpoint is not None:
             for line in checkpoint.lines(root, options.keep is not None, ws.coord.ss58):
                 say(line)

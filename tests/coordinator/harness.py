@@ -150,6 +150,7 @@ async def open_harness(
         ctx.ledger = LedgerFeed(ledger, clock)
         parts = AppParts.build(ctx)
         ctx.beacon_observers.extend(parts.beacon_observers())
+        ctx.events.observers.extend(parts.event_observers())
         app = create_app(ctx, parts)
         if extra_routes is not None:
             extra_routes(app, ctx)

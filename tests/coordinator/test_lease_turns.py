@@ -20,6 +20,7 @@ import trio.testing
 
 from hypertrain.compute import Event, enqueue_step
 from hypertrain.coordinator.computehub import WORK
+from hypertrain.coordinator.metrics import Metrics
 from hypertrain.coordinator.web.leasepath import ANSWER_TURN_WAIT, LEASE_PATH, serve_lease_path
 from hypertrain.daemon.main import DaemonHandle
 from hypertrain.scoring.registry import DELTA_LOSS
@@ -115,7 +116,7 @@ async def _six_polls_then_a_burst(
     """Six polls of ``kind`` held, then three steps (six copies) queued in one transaction; for
     result posts, each node first leases a copy of three earlier steps, the book then empty."""
     async with _daemon(tmp_path, Fallbacks()) as (handle, client):
-        app = serve_lease_path(_not_found, handle.ctx, answers_at_once=TURNS)
+        app = serve_lease_path(_not_found, handle.ctx, metrics=Metrics(), answers_at_once=TURNS)
         nodes = [await _node(client) for _ in range(6)]
         requests = [(LEASE_PATH, BODY)] * 6
         if kind == "result+next":

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -158,3 +160,79 @@ def test_the_daemon_does_not_import_the_test_tools() -> None:
         timeout=120,
     )
     assert result.stdout.strip() == "[]"
+
+
+async def test_metrics_on_their_own_listener_and_json_access_lines(tmp_path: Path) -> None:
+    """``--metrics-bind``: ``/metrics`` on its own listener (the API's answers 404), counting
+    the API's requests by route; ``--log-format json --access-log``: one JSON object a line,
+    the access lines with their route and status."""
+    stderr_path = tmp_path / "stderr.log"
+    argv = [str(DAEMON), "--port", "0", "--beacon", "local", "--local-period", "0.5"]
+    argv += ["--grace", str(GRACE), "--metrics-bind", "127.0.0.1:0"]
+    argv += ["--log-format", "json", "--access-log"]
+    with stderr_path.open("wb") as stderr:
+        process = await trio.lowlevel.open_process(
+            argv, env=_fresh_env(tmp_path), stdout=subprocess.PIPE, stderr=stderr
+        )
+    try:
+        assert process.stdout is not None
+        with trio.fail_after(STARTUP_TIMEOUT):
+            api = (await _read_line(process.stdout)).split()[-1]
+            line = await _read_line(process.stdout)
+        assert line.startswith("hypertrain-daemon metrics on http://127.0.0.1:"), line
+        metrics = line.split()[-1]
+        assert metrics.endswith("/metrics"), metrics
+        assert not metrics.startswith(api), (api, metrics)
+        async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT) as client:
+            assert (await client.get(f"{api}/health")).status_code == 200
+            assert (await client.get(f"{api}/v1/runs/ab12")).status_code == 404
+            assert (await client.get(f"{api}/metrics")).status_code == 404
+            text = (await client.get(metrics)).text
+        assert 'hypertrain_http_requests_total{method="GET",route="/health",status="200"} 1.0' in (
+            text
+        )
+        assert 'route="/v1/runs/<run_id>",status="404"} 1.0' in text
+        assert 'route="unmatched",status="404"} 1.0' in text  # the API's /metrics
+        assert "hypertrain_beacon_lag_rounds " in text
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(GRACE + EXIT_MARGIN):
+            code = await process.wait()
+        assert code == 0, stderr_path.read_text()
+        lines = [json.loads(x) for x in stderr_path.read_text().splitlines()]
+        access = [x for x in lines if x["logger"] == "hypertrain.access"]
+        shown = [(x["method"], x["route"], x["status"]) for x in access]
+        assert shown == [
+            ("GET", "/health", 200),
+            ("GET", "/v1/runs/<run_id>", 404),
+            ("GET", "unmatched", 404),
+        ]
+        assert all({"time", "level", "message", "duration_ms"} <= set(x) for x in access)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            with trio.move_on_after(EXIT_MARGIN):
+                await process.wait()
+
+
+async def test_a_bad_metrics_bind_exits_2_with_one_line(tmp_path: Path) -> None:
+    code, err = await _run_config_error(["--metrics-bind", "localhost:9100"], tmp_path)
+    assert (code, err) == (
+        2,
+        "hypertrain-daemon: error: --metrics-bind: expected HOST:PORT with an IP address as HOST"
+        " (127.0.0.1:9100, [::1]:9100), got 'localhost:9100'\n",
+    )
+
+
+async def test_a_metrics_address_in_use_exits_2_naming_it(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = ["--port", "0", "--beacon", "local", "--metrics-bind", f"127.0.0.1:{port}"]
+        code, err = await _run_config_error(argv, tmp_path)
+    assert code == 2, err
+    last = err.splitlines()[-1]  # after the log lines of the start (the API listened)
+    assert last == (
+        f"hypertrain-daemon: error: --metrics-bind 127.0.0.1:{port}: cannot listen"
+        " (Address already in use)"
+    )

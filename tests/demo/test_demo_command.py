@@ -5,8 +5,9 @@ honeypot miner, the default auditor and two ``hypertrain-node`` processes. Check
 line is the daemon's URL, the table and summary are printed, every scoring step of both rounds
 was settled by the two nodes' agreement (issue 8's real-socket test), every miner was audited
 and only the honeypot caught (issue 13's real-process test), the exit status is 0 because both
-rounds were applied, the held-out loss fell and the audits were right, the kept files are where
-it said, and no child outlives the demo.
+rounds were applied, the held-out loss fell and the audits were right, the daemon's ``/metrics``
+counted requests, leases, results, rounds and merges (issue 20), the kept files are where it
+said, and no child outlives the demo.
 """
 
 from __future__ import annotations
@@ -143,6 +144,18 @@ def test_the_demo_applies_two_rounds_catches_its_honeypot_and_the_loss_falls(
     assert ledger is not None, summary
     minted, burned, paid_units, pending = (int(g.replace(",", "")) for g in ledger.groups())
     assert minted == burned + paid_units + pending > 0, summary
+    # The daemon's own counters, from its GET /metrics after the rounds (issue 20): requests,
+    # leases granted to the two nodes, results they posted, round state changes and merges.
+    metrics = re.fullmatch(
+        r"summary: /metrics: ([\d,]+) requests, ([\d,]+) leases granted, ([\d,]+) results"
+        r" taken, ([\d,]+) round state changes, ([\d,]+) merges",
+        summary[6],
+    )
+    assert metrics is not None, summary
+    requests, leases, results, rounds, merges = (int(g.replace(",", "")) for g in metrics.groups())
+    assert min(requests, leases, results, rounds) > 0, summary
+    assert leases >= results >= int(steps[1]) * 2, summary  # two copies a step, all answered
+    assert merges >= 2, summary
     assert out[-1] == (
         "demo: ok: 2 rounds applied, the held-out loss fell, every bad honeypot audited was"
         " caught, no honest miner was flagged, and get_weights paid every honest miner and no"

@@ -123,6 +123,7 @@ async def test_five_rounds_open_on_time_chain_their_thetas_replay_and_cut_the_he
             unpack_state(handle.ctx.objects.path_of(agg.theta_start_sha256).read_bytes())
             for agg in aggs
         ]
+        metrics = (await client.get("/metrics")).text
 
     assert {hk: s.exit_code for hk, s in summaries.items()} == dict.fromkeys(
         (key.ss58 for key in MINERS), 0
@@ -148,6 +149,10 @@ async def test_five_rounds_open_on_time_chain_their_thetas_replay_and_cut_the_he
     assert {row.n_samples for row in losses} == {64}
     print("held-out loss of theta(0..5):", [round(row.loss, 4) for row in losses])
     assert losses[ROUNDS].loss < losses[0].loss
+    # /metrics counted the daemon's merges (each timed) and shows the latest held-out loss.
+    assert f"hypertrain_merges_total {ROUNDS}.0" in metrics
+    assert f"hypertrain_merge_duration_seconds_count {ROUNDS}.0" in metrics
+    assert f'hypertrain_heldout_loss{{run_id="{run_id}"}} {losses[ROUNDS].loss!r}' in metrics
     # Each tape starts from the previous round's stored OuterState.
     for w in range(1, ROUNDS):
         assert tapes[w].body.prev_state == aggs[w - 1].out_state

@@ -10,12 +10,16 @@ subscribe (``ctx.beacon_observers.extend(parts.beacon_observers())``). :func:`cr
 side effects: two apps over one ``ctx`` serve the same state. The app's ASGI callable is
 wrapped by :func:`~hypertrain.coordinator.web.front.serve_answers`, which answers a repeated
 public view from ``parts.answers`` while the database is unchanged (one render at a time per
-view) and hands everything else to Quart. The app does no long-running work of its own (its
-nursery is Quart's; STYLE: services live in the daemon's supervisor).
+view) and hands everything else to Quart; outermost,
+:func:`~hypertrain.coordinator.web.instrument.instrument` counts every request in
+``parts.metrics``, writes access lines and serves ``GET /metrics`` (unless the daemon serves it
+on a listener of its own). The app does no long-running work of its own (its nursery is
+Quart's; STYLE: services live in the daemon's supervisor).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Final
 
@@ -23,6 +27,8 @@ import attrs
 from quart_trio import QuartTrio
 
 from hypertrain.coordinator.context import BeaconObserver, Coordinator
+from hypertrain.coordinator.events import EventObserver
+from hypertrain.coordinator.metrics import Metrics
 from hypertrain.coordinator.services.audits import AuditDraws
 from hypertrain.coordinator.services.disputes import DisputeClock
 from hypertrain.coordinator.services.finality import Finality
@@ -53,6 +59,7 @@ from hypertrain.coordinator.web.http import (
     install_converters,
     install_error_handlers,
 )
+from hypertrain.coordinator.web.instrument import RouteTemplates, coordinator_metrics, instrument
 from hypertrain.coordinator.web.objects import UploadAwareRequest
 from nurseries import RunSync, run_inline
 
@@ -80,6 +87,8 @@ class AppParts:
     """The sampled trusted re-score draws after each new D."""
     answers: AnswerCache
     """The public read views' answers, served in front of Quart while the data is unchanged."""
+    metrics: Metrics
+    """The app's Prometheus metrics (:mod:`hypertrain.coordinator.metrics`)."""
     run_sync: RunSync = run_inline
     """Where routes run CPU work (hashing a served state blob): a worker thread in the daemon."""
 
@@ -93,6 +102,10 @@ class AppParts:
             self.rescores.on_beacon,
         ]
 
+    def event_observers(self) -> list[EventObserver]:
+        """What the caller adds to the event hub's observers: the metrics' event feed."""
+        return [self.metrics.on_event]
+
     @classmethod
     def build(cls, ctx: Coordinator, *, run_sync: RunSync = run_inline) -> AppParts:
         """The parts over ``ctx`` (``run_sync`` runs the scoring-input builds that take CPU)."""
@@ -104,6 +117,7 @@ class AppParts:
             finality=Finality(ctx),
             rescores=RescoreDraws(ctx),
             answers=AnswerCache(ctx.db),
+            metrics=coordinator_metrics(ctx),
             run_sync=run_sync,
         )
 
@@ -129,8 +143,15 @@ ROUTE_MODULES: Final[tuple[Register, ...]] = (
 """The ``register`` functions ``create_app`` calls, in order."""
 
 
-def create_app(ctx: Coordinator, parts: AppParts) -> App:
-    """A new app serving every route module over ``ctx`` (module doc)."""
+def create_app(
+    ctx: Coordinator,
+    parts: AppParts,
+    *,
+    serve_metrics: bool = True,
+    access_log: logging.Logger | None = None,
+) -> App:
+    """A new app serving every route module over ``ctx`` (module doc); ``serve_metrics``:
+    it answers ``GET /metrics`` itself; ``access_log``: one line per request there."""
     app = QuartTrio(__name__)
     app.request_class = UploadAwareRequest
     app.config.update(
@@ -144,5 +165,12 @@ def create_app(ctx: Coordinator, parts: AppParts) -> App:
         register(app, ctx, parts)
     app.asgi_app = serve_answers(  # type: ignore[method-assign,assignment]
         app.asgi_app, parts.answers, headers_limit=HEADERS_LIMIT
+    )
+    app.asgi_app = instrument(  # type: ignore[method-assign,assignment]
+        app.asgi_app,
+        parts.metrics,
+        RouteTemplates(app.url_map),
+        serve_metrics=serve_metrics,
+        access_log=access_log,
     )
     return app

@@ -259,7 +259,9 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         return Response(_page(), content_type="text/html; charset=utf-8")
 
     app.add_url_rule("/v1/compute/register", "compute.register", post_register, methods=["POST"])
-    app.asgi_app = serve_lease_path(app.asgi_app, ctx)  # type: ignore[method-assign,assignment]
+    app.asgi_app = serve_lease_path(  # type: ignore[method-assign,assignment]
+        app.asgi_app, ctx, metrics=parts.metrics
+    )
     app.add_url_rule(LEASE_PATH, "compute.lease", served_in_front, methods=["POST"])
     app.add_url_rule(
         "/v1/compute/jobs/<copy_id>/inputs/<name>", "compute.input", get_input, methods=["GET"]

@@ -53,7 +53,10 @@ which still lists both routes: 405 for other methods) with every guarantee of a 
   for a turn is bounded because an answer's send cannot be cancelled (hypercorn shields it): a
   client that does not read and has let its socket's send buffer fill keeps its turn, and
   ``answers_at_once`` such clients delay every held answer by :data:`ANSWER_TURN_WAIT`, never
-  more.
+  more;
+- each lease answer counts in ``metrics`` by outcome (a copy, none, 403), and each result
+  taken by its answer's status, once its transaction committed
+  (:meth:`~hypertrain.coordinator.metrics.Metrics.on_lease`, ``on_result``).
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ from hypertrain.compute.wire import (
 from hypertrain.coordinator.computehub import Wake
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.flows.compute import lease_for_key, receive_result
+from hypertrain.coordinator.metrics import Metrics
 from hypertrain.coordinator.tokens import bearer_token
 from hypertrain.coordinator.web.answers import encode_json
 from hypertrain.coordinator.web.http import (
@@ -205,8 +209,12 @@ class _Exchange:
         await self.send({"type": "http.response.body", "body": body})
 
 
+def _lease_outcome(grant: LeaseGrant | None) -> str:
+    return "empty" if grant is None else "granted"
+
+
 def serve_lease_path(
-    app: ASGIApp, ctx: Coordinator, *, answers_at_once: int = ANSWERS_AT_ONCE
+    app: ASGIApp, ctx: Coordinator, *, metrics: Metrics, answers_at_once: int = ANSWERS_AT_ONCE
 ) -> ASGIApp:
     """``app`` with the lease path served in front of it (module doc)."""
     hub = ctx.compute
@@ -295,6 +303,7 @@ def serve_lease_path(
             async with open_disconnect_watch(exchange.receive) as watch:
                 try:
                     grant = await hold(watch, node, req)
+                    metrics.on_lease(_lease_outcome(grant))
                     obj = answer_of(LeaseAnswer(grant))
                 except _Stopping:
                     obj = answer_of(None)
@@ -321,11 +330,13 @@ def serve_lease_path(
             partial(lease_for_key, settings=hub.settings), key, body, now_ms()
         )
         if outcome is not None and not isinstance(outcome, LeaseGrant):
+            metrics.on_lease("refused")
             await exchange.answer(403, unstructure(outcome))
             return
         if outcome is None and req.wait_ms != 0:
             await answer_held(exchange, node, req, _lease_answer)
             return
+        metrics.on_lease(_lease_outcome(outcome))
         await deliver(exchange, unstructure(LeaseAnswer(outcome)), outcome)
 
     async def post_result(exchange: _Exchange, copy_id: str) -> None:
@@ -338,6 +349,7 @@ def serve_lease_path(
             body,
             now_ms(),
         )
+        metrics.on_result("gone" if isinstance(answer, ErrorAnswer) else answer.status)
         if leased is None or isinstance(answer, ErrorAnswer):
             await exchange.answer(code, unstructure(answer))
             return
@@ -350,6 +362,7 @@ def serve_lease_path(
 
             await answer_held(exchange, node, req, with_next)
             return
+        metrics.on_lease(_lease_outcome(grant))
         await deliver(exchange, unstructure(attrs.evolve(answer, next=LeaseAnswer(grant))), grant)
 
     async def serve(exchange: _Exchange, copy_id: str | None) -> None:
