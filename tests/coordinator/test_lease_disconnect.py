@@ -19,6 +19,7 @@ import trio.testing
 
 from hypertrain.compute import get_node
 from hypertrain.coordinator.computehub import WORK
+from hypertrain.coordinator.metrics import Metrics
 from hypertrain.coordinator.web.leasepath import ANSWER_TURN_WAIT, LEASE_PATH, serve_lease_path
 from hypertrain.daemon.main import DaemonHandle
 from tests.coordinator.test_compute_routes import (
@@ -230,7 +231,7 @@ async def test_a_poll_whose_client_leaves_while_it_waits_for_its_turn_returns_it
     the queue at that instant, not at the end of the turn's wait (ANSWER_TURN_WAIT) nor at the
     lease's deadline."""
     async with _daemon(tmp_path, Fallbacks()) as (handle, client):
-        app = serve_lease_path(handle.app, handle.ctx, answers_at_once=1)
+        app = serve_lease_path(handle.app, handle.ctx, metrics=Metrics(), answers_at_once=1)
         slow_node, a = await _node(client), await _node(client)
         inputs = await _stand_in_inputs(handle, "turn")
         slow, leaving = Leaving(slow_node["key"], send_takes=60.0), Leaving(a["key"])

@@ -21,6 +21,7 @@ import httpx
 import trio
 
 from hypertrain.coordinator.computehub import SSE_KIND, WORK
+from hypertrain.coordinator.metrics import Metrics
 from hypertrain.coordinator.web.leasepath import LEASE_PATH, serve_lease_path
 from nurseries import serve_asgi
 from nurseries.testing import open_asgi_transport
@@ -64,7 +65,7 @@ async def test_a_copy_granted_to_a_poll_whose_socket_closed_goes_back_to_the_que
         httpx.AsyncClient(transport=transport, base_url=API, timeout=60) as client,
         trio.open_nursery() as nursery,
     ):
-        app = serve_lease_path(_not_found, handle.ctx, answers_at_once=1)
+        app = serve_lease_path(_not_found, handle.ctx, metrics=Metrics(), answers_at_once=1)
         url = await nursery.start(partial(serve_asgi, app, "127.0.0.1", 0))
         port = int(str(url).rsplit(":", 1)[1])
         holder, a = await _node(client), await _node(client)
