@@ -27,6 +27,7 @@ Each function is one transaction of the DB runner; refusals raise a
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import sqlite3
 from typing import Any, Final
@@ -65,7 +66,7 @@ from hypertrain.protocol.errors import (
 )
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.messages import AuditChallenge, Forfeit, LeafPreimage, ReplayVerdict
-from hypertrain.protocol.validators import Check, hex64, optional, strict_bool, text
+from hypertrain.protocol.validators import Check, hex64, optional, pattern, strict_bool, text
 from hypertrain.rounds.assignment import assign
 from hypertrain.rounds.states import FAULT_STATUSES
 from hypertrain.trainer.leaves import preimage_digest
@@ -103,7 +104,11 @@ def _lease_token(value: object) -> bool:
     )
 
 
-lease_token = Check(_lease_token, "must be a lease token: 32 lowercase hex characters")
+lease_token = Check(
+    _lease_token,
+    "must be a lease token: 32 lowercase hex characters",
+    schema=pattern(re.compile("[0-9a-f]{32}")),
+)
 
 
 @frozen

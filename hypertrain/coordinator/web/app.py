@@ -39,6 +39,7 @@ from hypertrain.coordinator.web import (
     ledger,
     miner,
     objects,
+    openapi,
     runs,
     system,
     worker,
@@ -114,6 +115,7 @@ ROUTE_MODULES: Final[tuple[Register, ...]] = (
     disputes.register,
     ledger.register,
     checkpoints.register,
+    openapi.register,
 )
 """The ``register`` functions ``create_app`` calls, in order."""
 

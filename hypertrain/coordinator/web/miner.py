@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from quart import Response
 from quart_trio import QuartTrio
@@ -57,8 +57,9 @@ from hypertrain.coordinator.flows.serves import (
     state_blob_size,
 )
 from hypertrain.coordinator.web.http import json_response, read_json
+from hypertrain.coordinator.web.routedoc import UNTYPED, Doc, add_route, errors
 from hypertrain.protocol.converter import structure
-from hypertrain.protocol.envelope import verify
+from hypertrain.protocol.envelope import Envelope, verify
 from hypertrain.protocol.errors import ContractMismatch
 
 if TYPE_CHECKING:
@@ -137,14 +138,57 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         return json_response(answer)
 
     runs = "/v1/runs/<run_id>"
-    rules: list[tuple[str, str, Callable[..., Awaitable[Response]]]] = [
-        (f"{runs}/accept", "accept", accept),
-        (f"{runs}/commit", "commit", commit),
-        (f"{runs}/leaves", "leaves", leaves),
-        (f"{runs}/uploads", "uploads", uploads),
-        (f"{runs}/delta", "delta", delta),
-        (f"{runs}/state", "state", state),
-        (f"{runs}/rerun", "rerun", rerun),
+    refusals = errors(401, 403, 409, 422, 503)
+
+    def signed(summary: str, **more: Any) -> Doc:
+        return Doc(summary=summary, body=Envelope, answers={200: UNTYPED}, errors=refusals, **more)
+
+    rules: list[tuple[str, str, Callable[..., Awaitable[Response]], Doc]] = [
+        (f"{runs}/accept", "accept", accept, signed("accept the round's assignment (Accept)")),
+        (
+            f"{runs}/commit",
+            "commit",
+            commit,
+            signed(
+                "commit to a delta (Commit); the answer holds the Receipt",
+                description="A Commit re-posted byte for byte answers 409 with the receipt.",
+            ),
+        ),
+        (
+            f"{runs}/leaves",
+            "leaves",
+            leaves,
+            Doc(
+                summary="the leaf preimages of the committed root",
+                body=LeavesRequest,
+                answers={200: UNTYPED},
+                errors=refusals,
+            ),
+        ),
+        (
+            f"{runs}/uploads",
+            "uploads",
+            uploads,
+            Doc(
+                summary="a grant to upload the delta (or a state blob)",
+                body=UploadRequest,
+                answers={200: UNTYPED},
+                errors=refusals,
+            ),
+        ),
+        (f"{runs}/delta", "delta", delta, signed("the uploaded delta's DeltaManifest")),
+        (f"{runs}/state", "state", state, signed("serve a challenged state (StateServe)")),
+        (
+            f"{runs}/rerun",
+            "rerun",
+            rerun,
+            Doc(
+                summary="ask for a rerun after a MISMATCH (signed rerun message)",
+                body=RerunRequest,
+                answers={200: UNTYPED},
+                errors=refusals,
+            ),
+        ),
     ]
-    for rule, name, view in rules:
-        app.add_url_rule(rule, f"miner.{name}", view, methods=["POST"])
+    for rule, name, view, doc in rules:
+        add_route(app, rule, f"miner.{name}", view, "POST", doc)

@@ -35,10 +35,12 @@ from hypertrain.coordinator.flows.worker import (
     heartbeat,
     job_serves,
     lease_job,
+    lease_token,
     stored_job,
 )
 from hypertrain.coordinator.web.auth import require_worker
 from hypertrain.coordinator.web.http import json_response, read_body, read_json
+from hypertrain.coordinator.web.routedoc import UNTYPED, Doc, Param, add_route, errors
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.errors import Malformed
 from hypertrain.protocol.jcs import parse_json
@@ -96,13 +98,80 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         return json_response(answer)
 
     jobs = "/v1/worker/jobs/<job_id>"
-    rules: list[tuple[str, str, Callable[..., Awaitable[Response]], str]] = [
-        ("/v1/worker/lease", "lease", lease, "POST"),
-        (jobs, "job", job, "GET"),
-        (f"{jobs}/serves", "serves", serves, "GET"),
-        (f"{jobs}/heartbeat", "heartbeat", beat, "POST"),
-        (f"{jobs}/complete", "complete", complete, "POST"),
-        (f"{jobs}/fail", "fail", fail, "POST"),
+    lease_param = Param(name="lease", schema=lease_token.schema, required=True)
+    rules: list[tuple[str, str, Callable[..., Awaitable[Response]], str, Doc]] = [
+        (
+            "/v1/worker/lease",
+            "lease",
+            lease,
+            "POST",
+            Doc(
+                summary="lease the next audit job (spec 9.1), or 204 when idle",
+                auth="worker",
+                body=LeaseFilter,
+                body_required=False,
+                answers={200: UNTYPED, 204: None},
+            ),
+        ),
+        (
+            jobs,
+            "job",
+            job,
+            "GET",
+            Doc(summary="a job's JSON", auth="worker", answers={200: UNTYPED}),
+        ),
+        (
+            f"{jobs}/serves",
+            "serves",
+            serves,
+            "GET",
+            Doc(
+                summary="the state serves of a leased job",
+                auth="worker",
+                params=(lease_param,),
+                answers={200: UNTYPED},
+                errors=errors(409),
+            ),
+        ),
+        (
+            f"{jobs}/heartbeat",
+            "heartbeat",
+            beat,
+            "POST",
+            Doc(
+                summary="extend a lease",
+                auth="worker",
+                body=LeaseRequest,
+                answers={200: UNTYPED},
+                errors=errors(409),
+            ),
+        ),
+        (
+            f"{jobs}/complete",
+            "complete",
+            complete,
+            "POST",
+            Doc(
+                summary="hand in a signed ReplayVerdict",
+                auth="worker",
+                body=CompleteRequest,
+                answers={200: UNTYPED},
+                errors=errors(403, 409, 422),
+            ),
+        ),
+        (
+            f"{jobs}/fail",
+            "fail",
+            fail,
+            "POST",
+            Doc(
+                summary="give a job back (requeued or failed)",
+                auth="worker",
+                body=FailRequest,
+                answers={200: UNTYPED},
+                errors=errors(409),
+            ),
+        ),
     ]
-    for rule, name, view, method in rules:
-        app.add_url_rule(rule, f"worker.{name}", view, methods=[method])
+    for rule, name, view, method, doc in rules:
+        add_route(app, rule, f"worker.{name}", view, method, doc)
