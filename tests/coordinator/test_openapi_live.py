@@ -4,7 +4,8 @@ The app is served by hypercorn over 127.0.0.1 (as in ``test_fuzz_live.py``) with
 a registered node and a stored object; the ``schemathesis`` CLI (a child process) reads
 ``GET /openapi.json`` and runs its examples, coverage, fuzzing and stateful phases over every
 operation, in positive and negative mode, with the checks below, bounded by
-:data:`MAX_EXAMPLES` per operation and :data:`MAX_TIME` seconds. It holds the admin, worker,
+:data:`MAX_EXAMPLES` per operation and :data:`BUDGET` seconds in two runs (:data:`RUNS`;
+the CLI's start-up comes on top). It holds the admin, worker,
 internal tokens and the node key (one per security scheme) and knows the run's id, a rostered
 hotkey and the stored object's hash (a dictionary it draws path parameters from half the
 time). A lease poll it sends without ``wait_ms`` asks for 0 (a hook): a 25 s hold per
@@ -41,9 +42,11 @@ from tests.coordinator.lifecycle_support import open_runs
 from tests.coordinator.test_fuzz import integrity_check, setup_credentials
 
 MAX_EXAMPLES = int(os.environ.get("OPENAPI_EXAMPLES", "8"))
-RUNS = (("examples,coverage,fuzzing", 35), ("stateful", 25))
+BUDGET = int(os.environ.get("OPENAPI_SECONDS", "60"))
+RUNS = (("examples,coverage,fuzzing", BUDGET * 7 // 12), ("stateful", BUDGET * 5 // 12))
 """The two runs (phases, time budget in seconds): each spends its whole budget (fuzzing and
-stateful testing repeat until it is spent), so stateful testing gets its own."""
+stateful testing repeat until it is spent), so stateful testing gets its own.
+``OPENAPI_SECONDS=600 OPENAPI_EXAMPLES=50`` is a longer run than the suite's."""
 SEED = 20
 CHECKS = (
     "not_a_server_error",
