@@ -32,6 +32,15 @@ from hypertrain.coordinator.flows.lifecycle import (
     RosterRemoved,
     RunCreated,
 )
+from hypertrain.coordinator.flows.replies import (
+    Accepted,
+    HandedBack,
+    LeaseExtended,
+    LeavesTaken,
+    StateStored,
+    Uploaded,
+    UploadGrant,
+)
 from hypertrain.coordinator.flows.runview import RunsList
 from hypertrain.coordinator.flows.system import Healthy, VersionAnswer
 from hypertrain.coordinator.tables.runs import RosterRow
@@ -42,6 +51,7 @@ from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import ErrorBody, SchemaError
 from hypertrain.protocol.hashes import honeypot_commit
 from hypertrain.store.keys import ObjectInfo
+from tests.coordinator.audit_support import uploaded_round
 from tests.coordinator.harness import (
     ADMIN_TOKEN,
     WORKER_TOKEN,
@@ -50,6 +60,7 @@ from tests.coordinator.harness import (
     admin_headers,
 )
 from tests.coordinator.lifecycle_support import MINERS, admin, open_runs, push, ready_run, unpause
+from tests.coordinator.miner_support import KEYS
 
 EXERCISED: frozenset[type] = frozenset(
     {
@@ -227,25 +238,17 @@ def _round_trips(cls: type, value: object) -> bool:
         return False
 
 
-async def test_every_answer_of_a_flow_matches_its_documented_schema_and_class(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
-) -> None:
-    captured = CapturedApp()
-    recorder = _Recorder()
-    async with open_runs(tmp_path, extra_routes=captured) as h:
-        doc = await _document(h)
-        h.client.event_hooks["response"].append(recorder)
-        await _flow(h)
-    app = captured.app
-    assert app is not None
+def _check_answers(app: Any, doc: dict[str, Any], recorder: _Recorder) -> set[type]:
+    """Check every recorded answer against its operation's documented answer (module doc);
+    the attrs classes it round-tripped through."""
     declared = docs_of(app)
     seen: set[type] = set()
     checked = 0
     for method, path, status, content_type, body in recorder.seen:
-        endpoint = _matches(app, method, path) if status != 405 else None
-        if endpoint is None:
+        if status == 405:
             assert json.loads(body) == {"detail": f"method {method} not allowed on {path}"}
             continue
+        endpoint = _matches(app, method, path)
         rule = next(r for r in app.url_map.iter_rules() if r.endpoint == endpoint)
         op = doc["paths"][openapi_path_of(rule.rule)][method.lower()]
         content = _answers_of(doc, op, status)
@@ -265,4 +268,49 @@ async def test_every_answer_of_a_flow_matches_its_documented_schema_and_class(
         assert classes == [] or len(matched) == 1, (endpoint, status, value)
         seen.update(matched)
     print(f"{checked} JSON answers checked; classes seen: {sorted(c.__name__ for c in seen)}")
+    return seen
+
+
+async def test_every_answer_of_a_flow_matches_its_documented_schema_and_class(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    captured = CapturedApp()
+    recorder = _Recorder()
+    async with open_runs(tmp_path, extra_routes=captured) as h:
+        doc = await _document(h)
+        h.client.event_hooks["response"].append(recorder)
+        await _flow(h)
+    assert captured.app is not None
+    seen = _check_answers(captured.app, doc, recorder)
     assert seen >= EXERCISED, sorted(c.__name__ for c in EXERCISED - seen)
+
+
+async def test_the_answers_of_a_round_and_its_audit_match_their_documented_classes(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    captured = CapturedApp()
+    recorder = _Recorder()
+    async with open_runs(tmp_path, extra_routes=captured) as h:
+        doc = await _document(h)
+        h.client.event_hooks["response"].append(recorder)
+        audit = await uploaded_round(h)
+        await audit.serve_all(KEYS[0])
+        worker = admin_headers(WORKER_TOKEN)
+        job = (await h.client.post("/v1/worker/lease", headers=worker)).json()
+        jobs = f"/v1/worker/jobs/{job['id']}"
+        await h.client.post(f"{jobs}/heartbeat", headers=worker, json={"lease": job["lease"]})
+        give_back = {"lease": job["lease"], "reason": "a test", "retry": True}
+        await h.client.post(f"{jobs}/fail", headers=worker, json=give_back)
+    assert captured.app is not None
+    seen = _check_answers(captured.app, doc, recorder)
+    round_classes = {
+        Accepted,
+        LeavesTaken,
+        UploadGrant,
+        Uploaded,
+        StateStored,
+        LeaseExtended,
+        HandedBack,
+        ObjectInfo,
+    }
+    assert round_classes <= seen, sorted(c.__name__ for c in round_classes - seen)

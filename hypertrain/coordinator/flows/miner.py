@@ -49,6 +49,7 @@ from attrs import field, frozen
 
 from hypertrain.beacon.ingest import get_round, latest_round
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
+from hypertrain.coordinator.flows.replies import Accepted, LeavesTaken, Uploaded, UploadGrant
 from hypertrain.coordinator.tables.miners import (
     GrantRow,
     MinerRow,
@@ -197,7 +198,7 @@ def _assignment(
     return {a.hotkey: a for a in slots}
 
 
-def post_accept(conn: sqlite3.Connection, raw: object, run_id: str) -> dict[str, Any]:
+def post_accept(conn: sqlite3.Connection, raw: object, run_id: str) -> Accepted:
     """``POST .../accept`` (module doc)."""
     now = latest_round(conn)
     verified = _verify(raw, "Accept", run_id, now)
@@ -231,7 +232,7 @@ def post_accept(conn: sqlite3.Connection, raw: object, run_id: str) -> dict[str,
     if spec.driver_allowlist and body.driver_version not in spec.driver_allowlist:
         raise ContractMismatch(f"driver {body.driver_version!r} is not in the driver_allowlist")
     set_accepted(conn, run_id, body.w, body.hotkey, verified.envelope.encode().decode())
-    return {"w": body.w, "hotkey": body.hotkey, "status": "ACCEPTED", "slot": miner.slot}
+    return Accepted(body.w, body.hotkey, "ACCEPTED", miner.slot)
 
 
 # --- commit --------------------------------------------------------------------------------------
@@ -305,7 +306,7 @@ def _check_preimages(run_id: str, w: int, J: int, commit: Commit, req: LeavesReq
         )
 
 
-def post_leaves(conn: sqlite3.Connection, run_id: str, req: LeavesRequest) -> dict[str, Any]:
+def post_leaves(conn: sqlite3.Connection, run_id: str, req: LeavesRequest) -> LeavesTaken:
     """``POST .../leaves`` -> ``{w, hotkey, leaves_root}`` (module doc)."""
     now = latest_round(conn)
     row = _open_round(conn, run_id, req.w)
@@ -325,7 +326,7 @@ def post_leaves(conn: sqlite3.Connection, run_id: str, req: LeavesRequest) -> di
             ef_in_sha256=req.ef_in_sha256,
             now=now,
         )
-    return {"w": req.w, "hotkey": req.hotkey, "leaves_root": commit.leaves_root}
+    return LeavesTaken(req.w, req.hotkey, commit.leaves_root)
 
 
 # --- uploads -------------------------------------------------------------------------------------
@@ -333,7 +334,7 @@ def post_leaves(conn: sqlite3.Connection, run_id: str, req: LeavesRequest) -> di
 
 def grant_upload(
     conn: sqlite3.Connection, run_id: str, req: UploadRequest, grant_id: str
-) -> dict[str, Any]:
+) -> UploadGrant:
     """``POST .../uploads`` -> ``{method: "PUT", sha256, url}`` (module doc)."""
     now = latest_round(conn)
     row = _open_round(conn, run_id, req.w)
@@ -354,7 +355,7 @@ def grant_upload(
         expires_round=row.deadlines.d_upload,
     )
     insert_grant(conn, grant, now)
-    return {"method": "PUT", "sha256": req.sha256, "url": f"/v1/uploads/{grant_id}"}
+    return UploadGrant("PUT", req.sha256, f"/v1/uploads/{grant_id}")
 
 
 # --- delta manifest ------------------------------------------------------------------------------
@@ -362,7 +363,7 @@ def grant_upload(
 
 def post_delta(
     conn: sqlite3.Connection, raw: object, run_id: str, stored: Callable[[str], bool]
-) -> dict[str, Any]:
+) -> Uploaded:
     """``POST .../delta`` -> ``{w, hotkey, status: "UPLOADED"}``; ``stored(sha)`` says whether
     the object store holds ``sha`` (module doc)."""
     now = latest_round(conn)
@@ -371,7 +372,7 @@ def post_delta(
     assert isinstance(body, DeltaManifest)
     row = _open_round(conn, run_id, body.w)
     miner = _rostered(conn, run_id, body.w, body.hotkey)
-    answer = {"w": body.w, "hotkey": body.hotkey, "status": "UPLOADED"}
+    answer = Uploaded(body.w, body.hotkey, "UPLOADED")
     text = verified.envelope.encode().decode()
     if miner.delta_manifest == text:
         return answer

@@ -47,6 +47,13 @@ from hypertrain.coordinator.flows.miner import (
     post_leaves,
     signer_of,
 )
+from hypertrain.coordinator.flows.replies import (
+    Accepted,
+    LeavesTaken,
+    StateStored,
+    Uploaded,
+    UploadGrant,
+)
 from hypertrain.coordinator.flows.rerun import RerunRequest, post_rerun
 from hypertrain.coordinator.flows.serves import (
     blob_facts,
@@ -58,7 +65,7 @@ from hypertrain.coordinator.flows.serves import (
 )
 from hypertrain.coordinator.web.http import json_response, read_json
 from hypertrain.coordinator.web.routedoc import UNTYPED, Doc, add_route, errors
-from hypertrain.protocol.converter import structure
+from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.envelope import Envelope, verify
 from hypertrain.protocol.errors import ContractMismatch
 
@@ -74,7 +81,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     async def accept(run_id: str) -> Response:
         raw = await read_json(ctx)
         await ctx.metagraph.check(signer_of(raw))
-        return json_response(await ctx.db.write(post_accept, raw, run_id))
+        return json_response(unstructure(await ctx.db.write(post_accept, raw, run_id)))
 
     async def commit(run_id: str) -> Response:
         raw = await read_json(ctx)
@@ -89,25 +96,25 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     async def leaves(run_id: str) -> Response:
         req = structure(LeavesRequest, await read_json(ctx))
         await ctx.metagraph.check(req.hotkey)
-        return json_response(await ctx.db.write(post_leaves, run_id, req))
+        return json_response(unstructure(await ctx.db.write(post_leaves, run_id, req)))
 
     async def uploads(run_id: str) -> Response:
         req = structure(UploadRequest, await read_json(ctx))
         await ctx.metagraph.check(req.hotkey)
         grant_id = secrets.token_hex(16)
         if req.challenge_hash is not None:
-            return json_response(
-                await ctx.db.write(
-                    grant_state_upload,
-                    run_id,
-                    req.w,
-                    req.hotkey,
-                    req.sha256,
-                    req.challenge_hash,
-                    grant_id,
-                )
+            grant = await ctx.db.write(
+                grant_state_upload,
+                run_id,
+                req.w,
+                req.hotkey,
+                req.sha256,
+                req.challenge_hash,
+                grant_id,
             )
-        return json_response(await ctx.db.write(grant_upload, run_id, req, grant_id))
+        else:
+            grant = await ctx.db.write(grant_upload, run_id, req, grant_id)
+        return json_response(unstructure(grant))
 
     async def state(run_id: str) -> Response:
         raw = await read_json(ctx)
@@ -121,12 +128,13 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             raise ContractMismatch(f"object {sha} is not a state blob of this run's model")
         blob = await ctx.objects.get(sha)
         facts = await parts.run_sync(blob_facts, blob, sha, manifest)
-        return json_response(await ctx.db.write(record_serve, raw, run_id, facts))
+        return json_response(unstructure(await ctx.db.write(record_serve, raw, run_id, facts)))
 
     async def delta(run_id: str) -> Response:
         raw = await read_json(ctx)
         await ctx.metagraph.check(signer_of(raw))
-        return json_response(await ctx.db.write(post_delta, raw, run_id, ctx.objects.exists))
+        answer = await ctx.db.write(post_delta, raw, run_id, ctx.objects.exists)
+        return json_response(unstructure(answer))
 
     async def rerun(run_id: str) -> Response:
         req = structure(RerunRequest, await read_json(ctx))
@@ -140,11 +148,16 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     runs = "/v1/runs/<run_id>"
     refusals = errors(401, 403, 409, 422, 503)
 
-    def signed(summary: str, **more: Any) -> Doc:
-        return Doc(summary=summary, body=Envelope, answers={200: UNTYPED}, errors=refusals, **more)
+    def signed(summary: str, answer: object = UNTYPED, **more: Any) -> Doc:
+        return Doc(summary=summary, body=Envelope, answers={200: answer}, errors=refusals, **more)
 
     rules: list[tuple[str, str, Callable[..., Awaitable[Response]], Doc]] = [
-        (f"{runs}/accept", "accept", accept, signed("accept the round's assignment (Accept)")),
+        (
+            f"{runs}/accept",
+            "accept",
+            accept,
+            signed("accept the assignment (Accept)", Accepted),
+        ),
         (
             f"{runs}/commit",
             "commit",
@@ -161,7 +174,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             Doc(
                 summary="the leaf preimages of the committed root",
                 body=LeavesRequest,
-                answers={200: UNTYPED},
+                answers={200: LeavesTaken},
                 errors=refusals,
             ),
         ),
@@ -172,12 +185,17 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             Doc(
                 summary="a grant to upload the delta (or a state blob)",
                 body=UploadRequest,
-                answers={200: UNTYPED},
+                answers={200: UploadGrant},
                 errors=refusals,
             ),
         ),
-        (f"{runs}/delta", "delta", delta, signed("the uploaded delta's DeltaManifest")),
-        (f"{runs}/state", "state", state, signed("serve a challenged state (StateServe)")),
+        (f"{runs}/delta", "delta", delta, signed("the uploaded delta's DeltaManifest", Uploaded)),
+        (
+            f"{runs}/state",
+            "state",
+            state,
+            signed("a challenged state (StateServe)", StateStored),
+        ),
         (
             f"{runs}/rerun",
             "rerun",

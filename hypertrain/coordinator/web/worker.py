@@ -24,6 +24,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.flows.replies import HandedBack, LeaseExtended
 from hypertrain.coordinator.flows.worker import (
     CompleteRequest,
     FailRequest,
@@ -41,7 +42,7 @@ from hypertrain.coordinator.flows.worker import (
 from hypertrain.coordinator.web.auth import require_worker
 from hypertrain.coordinator.web.http import json_response, read_body, read_json
 from hypertrain.coordinator.web.routedoc import UNTYPED, Doc, Param, add_route, errors
-from hypertrain.protocol.converter import structure
+from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import Malformed
 from hypertrain.protocol.jcs import parse_json
 
@@ -80,7 +81,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     async def beat(job_id: str) -> Response:
         require_worker(ctx)
         req = structure(LeaseRequest, await read_json(ctx))
-        return json_response(await ctx.db.write(heartbeat, job_id, req))
+        return json_response(unstructure(await ctx.db.write(heartbeat, job_id, req)))
 
     async def complete(job_id: str) -> Response:
         require_worker(ctx)
@@ -93,9 +94,9 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     async def fail(job_id: str) -> Response:
         require_worker(ctx)
         req = structure(FailRequest, await read_json(ctx))
-        answer, event = await ctx.db.write(fail_job, job_id, req)
+        handed_back, event = await ctx.db.write(fail_job, job_id, req)
         ctx.events.publish("audit", event)
-        return json_response(answer)
+        return json_response(unstructure(handed_back))
 
     jobs = "/v1/worker/jobs/<job_id>"
     lease_param = Param(name="lease", schema=lease_token.schema, required=True)
@@ -142,7 +143,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 summary="extend a lease",
                 auth="worker",
                 body=LeaseRequest,
-                answers={200: UNTYPED},
+                answers={200: LeaseExtended},
                 errors=errors(409),
             ),
         ),
@@ -168,7 +169,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 summary="give a job back (requeued or failed)",
                 auth="worker",
                 body=FailRequest,
-                answers={200: UNTYPED},
+                answers={200: HandedBack},
                 errors=errors(409),
             ),
         ),
