@@ -34,6 +34,8 @@ from hypertrain.coordinator.flows.lifecycle import (
 )
 from hypertrain.coordinator.flows.replies import (
     Accepted,
+    CommitRefused,
+    Committed,
     HandedBack,
     LeaseExtended,
     LeavesTaken,
@@ -143,10 +145,12 @@ class _Recorder:
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, str, int, str, bytes]] = []
+        self.requests: list[httpx.Request] = []
 
     async def __call__(self, response: httpx.Response) -> None:
         body = await response.aread()
         request = response.request
+        self.requests.append(request)
         self.seen.append(
             (
                 request.method,
@@ -294,6 +298,9 @@ async def test_the_answers_of_a_round_and_its_audit_match_their_documented_class
         doc = await _document(h)
         h.client.event_hooks["response"].append(recorder)
         audit = await uploaded_round(h)
+        taken = next(r for r in recorder.requests if r.url.path.endswith("/commit"))
+        again = await h.client.post(taken.url.path, content=taken.content)  # its receipt, 409
+        assert again.status_code == 409, again.text
         await audit.serve_all(KEYS[0])
         worker = admin_headers(WORKER_TOKEN)
         job = (await h.client.post("/v1/worker/lease", headers=worker)).json()
@@ -305,6 +312,8 @@ async def test_the_answers_of_a_round_and_its_audit_match_their_documented_class
     seen = _check_answers(captured.app, doc, recorder)
     round_classes = {
         Accepted,
+        Committed,
+        CommitRefused,
         LeavesTaken,
         UploadGrant,
         Uploaded,

@@ -43,13 +43,19 @@ import functools
 import json
 import sqlite3
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from attrs import field, frozen
 
 from hypertrain.beacon.ingest import get_round, latest_round
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
-from hypertrain.coordinator.flows.replies import Accepted, LeavesTaken, Uploaded, UploadGrant
+from hypertrain.coordinator.flows.replies import (
+    Accepted,
+    Committed,
+    LeavesTaken,
+    Uploaded,
+    UploadGrant,
+)
 from hypertrain.coordinator.tables.miners import (
     GrantRow,
     MinerRow,
@@ -238,9 +244,7 @@ def post_accept(conn: sqlite3.Connection, raw: object, run_id: str) -> Accepted:
 # --- commit --------------------------------------------------------------------------------------
 
 
-def post_commit(
-    conn: sqlite3.Connection, raw: object, run_id: str, coord: Keypair
-) -> dict[str, Any]:
+def post_commit(conn: sqlite3.Connection, raw: object, run_id: str, coord: Keypair) -> Committed:
     """``POST .../commit`` -> ``{status, receipt}`` (module doc)."""
     now = latest_round(conn)
     verified = _verify(raw, "Commit", run_id, now)
@@ -263,7 +267,9 @@ def post_commit(
     n_leaves = inner.H // inner.J + 1
     if body.n_leaves != n_leaves:
         raise ContractMismatch(f"n_leaves must be H/J + 1 = {n_leaves}, got {body.n_leaves}")
-    status = "EXCLUDED" if row.deadlines.commit_excluded(now) else "COMMITTED"
+    status: Literal["COMMITTED", "EXCLUDED"] = (
+        "EXCLUDED" if row.deadlines.commit_excluded(now) else "COMMITTED"
+    )
     receipt = seal(
         coord,
         "Receipt",
@@ -281,7 +287,7 @@ def post_commit(
         receipt=receipt.encode().decode(),
         received_round=now,
     )
-    return {"status": status, "receipt": receipt.to_json()}
+    return Committed(status, receipt)
 
 
 # --- leaves --------------------------------------------------------------------------------------

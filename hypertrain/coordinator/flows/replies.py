@@ -8,13 +8,17 @@ from typing import Literal
 
 from attrs import field, frozen
 
+from hypertrain.protocol.envelope import Envelope
 from hypertrain.protocol.validators import hex64, ss58, u_int
 
 __all__ = [
     "Accepted",
+    "CommitRefused",
+    "Committed",
     "HandedBack",
     "LeaseExtended",
     "LeavesTaken",
+    "Reran",
     "StateStored",
     "UploadGrant",
     "Uploaded",
@@ -29,6 +33,31 @@ class Accepted:
     hotkey: str = field(validator=ss58)
     status: Literal["ACCEPTED"]
     slot: int = field(validator=u_int)
+
+
+@frozen
+class Committed:
+    """``POST .../commit``: the Commit taken (or EXCLUDED: late), and K_coord's Receipt."""
+
+    status: Literal["COMMITTED", "EXCLUDED"]
+    receipt: Envelope
+
+
+@frozen
+class CommitRefused:
+    """``POST .../commit`` 409 for a Commit re-posted byte for byte: its stored Receipt."""
+
+    detail: str
+    receipt: Envelope
+
+
+@frozen
+class Reran:
+    """``POST .../rerun``: how the rerun classified the mismatch."""
+
+    w: int = field(validator=u_int)
+    hotkey: str = field(validator=ss58)
+    classification: str
 
 
 @frozen

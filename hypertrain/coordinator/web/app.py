@@ -2,6 +2,10 @@
 
 Each route module exposes ``register(app, ctx, parts)``, which adds routes and nothing else,
 and names its endpoints ``<module>.<name>`` (Quart refuses two views under one endpoint name).
+A route is added with :func:`~hypertrain.coordinator.web.routedoc.add_route` and its
+declaration (what it reads and answers), from which ``GET /openapi.json`` is built
+(:mod:`~hypertrain.coordinator.web.openapi`, registered last); a route added otherwise shows
+in that document as undocumented, which the tests refuse.
 Adding a group of routes is one entry in :data:`ROUTE_MODULES`. What routes use besides the
 :class:`~hypertrain.coordinator.context.Coordinator` is built by the composition root
 (:func:`hypertrain.daemon.main.serve_daemon`, or a test) and handed in as :class:`AppParts`;

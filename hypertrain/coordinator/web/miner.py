@@ -49,7 +49,10 @@ from hypertrain.coordinator.flows.miner import (
 )
 from hypertrain.coordinator.flows.replies import (
     Accepted,
+    CommitRefused,
+    Committed,
     LeavesTaken,
+    Reran,
     StateStored,
     Uploaded,
     UploadGrant,
@@ -67,7 +70,7 @@ from hypertrain.coordinator.web.http import json_response, read_json
 from hypertrain.coordinator.web.routedoc import UNTYPED, Doc, add_route, errors
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.envelope import Envelope, verify
-from hypertrain.protocol.errors import ContractMismatch
+from hypertrain.protocol.errors import ContractMismatch, ErrorBody
 
 if TYPE_CHECKING:
     from hypertrain.coordinator.web.app import AppParts
@@ -90,8 +93,9 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         try:
             answer = await ctx.db.write(post_commit, raw, run_id, coord)
         except DuplicateCommit as e:
-            return json_response({"detail": e.detail, "receipt": e.receipt}, e.status)
-        return json_response(answer)
+            refused = CommitRefused(e.detail, structure(Envelope, e.receipt))
+            return json_response(unstructure(refused), e.status)
+        return json_response(unstructure(answer))
 
     async def leaves(run_id: str) -> Response:
         req = structure(LeavesRequest, await read_json(ctx))
@@ -140,7 +144,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         req = structure(RerunRequest, await read_json(ctx))
         await ctx.metagraph.check(req.hotkey)
         clock = EpochClock.of(ctx.settings, ctx.chain)
-        answer = await ctx.db.write(post_rerun, run_id, req, ctx.chain, clock)
+        answer = unstructure(await ctx.db.write(post_rerun, run_id, req, ctx.chain, clock))
         event = {"run_id": run_id, **answer, "target": req.hotkey, "change": "rerun"}
         ctx.events.publish("audit", event)
         return json_response(answer)
@@ -162,9 +166,12 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             f"{runs}/commit",
             "commit",
             commit,
-            signed(
-                "commit to a delta (Commit); the answer holds the Receipt",
-                description="A Commit re-posted byte for byte answers 409 with the receipt.",
+            Doc(
+                summary="commit to a delta (Commit); the answer holds the Receipt",
+                body=Envelope,
+                answers={200: Committed},
+                errors={**refusals, 409: ErrorBody | CommitRefused},
+                description="A Commit re-posted byte for byte answers 409 with its receipt.",
             ),
         ),
         (
@@ -203,7 +210,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             Doc(
                 summary="ask for a rerun after a MISMATCH (signed rerun message)",
                 body=RerunRequest,
-                answers={200: UNTYPED},
+                answers={200: Reran},
                 errors=refusals,
             ),
         ),
