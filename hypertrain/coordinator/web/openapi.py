@@ -42,12 +42,7 @@ SCHEMES: Final[dict[Auth, str]] = {
     "node": "NodeKey",
 }
 """The security scheme of each bearer a route may require."""
-_SLUG_HEADER: Final = Param(
-    name="X-Platform-Challenge-Slug",
-    where="header",
-    required=True,
-    description="the challenge's slug (403 when another)",
-)
+_SLUG_HEADER: Final = "X-Platform-Challenge-Slug"
 _ARGUMENT: Final = re.compile(r"<(?:(\w+):)?(\w+)>")
 _AUTOMATIC: Final = frozenset({"HEAD", "OPTIONS"})
 _REASONS: Final = {
@@ -89,12 +84,23 @@ def _answer(book: SchemaBook, status: int, answer: object) -> dict[str, Any]:
     return described
 
 
-def _parameters(rule: str, doc: Doc) -> list[dict[str, Any]]:
+def _slug_header(slug: str) -> Param:
+    """The header the internal routes require, naming this daemon's slug (403 otherwise)."""
+    return Param(
+        name=_SLUG_HEADER,
+        schema={"enum": [slug]},
+        where="header",
+        required=True,
+        description="the challenge's slug (403 when another)",
+    )
+
+
+def _parameters(rule: str, doc: Doc, slug: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for converter, name in _ARGUMENT.findall(rule):
         schema = U53_SCHEMA if converter == "u53" else doc.path.get(name, {"type": "string"})
         out.append({"name": name, "in": "path", "required": True, "schema": dict(schema)})
-    params = (*doc.params, _SLUG_HEADER) if doc.auth == "internal" else doc.params
+    params = (*doc.params, _slug_header(slug)) if doc.auth == "internal" else doc.params
     for param in params:
         described: dict[str, Any] = {"name": param.name, "in": param.where}
         described["required"] = param.required
@@ -123,11 +129,11 @@ def _error_statuses(rule: str, doc: Doc) -> dict[int, object]:
     return found | dict(doc.errors)
 
 
-def _operation(book: SchemaBook, rule: str, endpoint: str, doc: Doc) -> dict[str, Any]:
+def _operation(book: SchemaBook, rule: str, endpoint: str, doc: Doc, slug: str) -> dict[str, Any]:
     operation: dict[str, Any] = {"operationId": endpoint, "summary": doc.summary}
     if doc.description:
         operation["description"] = doc.description
-    parameters = _parameters(rule, doc)
+    parameters = _parameters(rule, doc, slug)
     if parameters:
         operation["parameters"] = parameters
     if doc.auth != "none":
@@ -145,8 +151,9 @@ def _operation(book: SchemaBook, rule: str, endpoint: str, doc: Doc) -> dict[str
     return operation
 
 
-def build_document(app: QuartTrio) -> dict[str, Any]:
-    """The OpenAPI 3.1 document of ``app``'s URL map and declarations (module doc)."""
+def build_document(app: QuartTrio, slug: str) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of ``app``'s URL map and declarations (module doc) for the
+    daemon of challenge ``slug``."""
     book = SchemaBook()
     docs = docs_of(app)
     paths: dict[str, dict[str, Any]] = {}
@@ -161,7 +168,7 @@ def build_document(app: QuartTrio) -> dict[str, Any]:
                     "responses": {"default": {"description": "undocumented"}},
                 }
             else:
-                item[method.lower()] = _operation(book, rule.rule, rule.endpoint, doc)
+                item[method.lower()] = _operation(book, rule.rule, rule.endpoint, doc, slug)
     bearer = {"type": "http", "scheme": "bearer"}
     return {
         "openapi": "3.1.0",
@@ -184,7 +191,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
 
     async def document() -> Response:
         if not built:
-            built.append(encode_json(build_document(app)))
+            built.append(encode_json(build_document(app, ctx.settings.slug)))
         return Response(built[0], content_type=JSON_CONTENT_TYPE)
 
     add_route(
