@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import types
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, get_args
 
@@ -275,41 +276,46 @@ def _check_answers(app: Any, doc: dict[str, Any], recorder: _Recorder) -> set[ty
     return seen
 
 
-async def test_every_answer_of_a_flow_matches_its_documented_schema_and_class(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
-) -> None:
+async def _answers_checked(
+    tmp_path: Path, flow: Callable[[Harness, _Recorder], Awaitable[None]]
+) -> set[type]:
+    """Run ``flow`` over a harness, then check every answer it got (:func:`_check_answers`)."""
     captured = CapturedApp()
     recorder = _Recorder()
     async with open_runs(tmp_path, extra_routes=captured) as h:
         doc = await _document(h)
         h.client.event_hooks["response"].append(recorder)
-        await _flow(h)
+        await flow(h, recorder)
     assert captured.app is not None
-    seen = _check_answers(captured.app, doc, recorder)
+    return _check_answers(captured.app, doc, recorder)
+
+
+async def test_every_answer_of_a_flow_matches_its_documented_schema_and_class(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    seen = await _answers_checked(tmp_path, lambda h, _: _flow(h))
     assert seen >= EXERCISED, sorted(c.__name__ for c in EXERCISED - seen)
+
+
+async def _round_and_audit(h: Harness, recorder: _Recorder) -> None:
+    """A round uploaded, its Commit re-posted, a state served, a job leased, beaten, handed back."""
+    audit = await uploaded_round(h)
+    taken = next(r for r in recorder.requests if r.url.path.endswith("/commit"))
+    again = await h.client.post(taken.url.path, content=taken.content)  # its receipt, 409
+    assert again.status_code == 409, again.text
+    await audit.serve_all(KEYS[0])
+    worker = admin_headers(WORKER_TOKEN)
+    job = (await h.client.post("/v1/worker/lease", headers=worker)).json()
+    jobs = f"/v1/worker/jobs/{job['id']}"
+    await h.client.post(f"{jobs}/heartbeat", headers=worker, json={"lease": job["lease"]})
+    give_back = {"lease": job["lease"], "reason": "a test", "retry": True}
+    await h.client.post(f"{jobs}/fail", headers=worker, json=give_back)
 
 
 async def test_the_answers_of_a_round_and_its_audit_match_their_documented_classes(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    captured = CapturedApp()
-    recorder = _Recorder()
-    async with open_runs(tmp_path, extra_routes=captured) as h:
-        doc = await _document(h)
-        h.client.event_hooks["response"].append(recorder)
-        audit = await uploaded_round(h)
-        taken = next(r for r in recorder.requests if r.url.path.endswith("/commit"))
-        again = await h.client.post(taken.url.path, content=taken.content)  # its receipt, 409
-        assert again.status_code == 409, again.text
-        await audit.serve_all(KEYS[0])
-        worker = admin_headers(WORKER_TOKEN)
-        job = (await h.client.post("/v1/worker/lease", headers=worker)).json()
-        jobs = f"/v1/worker/jobs/{job['id']}"
-        await h.client.post(f"{jobs}/heartbeat", headers=worker, json={"lease": job["lease"]})
-        give_back = {"lease": job["lease"], "reason": "a test", "retry": True}
-        await h.client.post(f"{jobs}/fail", headers=worker, json=give_back)
-    assert captured.app is not None
-    seen = _check_answers(captured.app, doc, recorder)
+    seen = await _answers_checked(tmp_path, _round_and_audit)
     round_classes = {
         Accepted,
         Committed,
