@@ -113,7 +113,12 @@ async def test_the_document_lists_every_rule_of_the_url_map_and_declares_each(
     captured = CapturedApp()
     async with open_runs(tmp_path, extra_routes=captured) as h:
         doc = await _document(h)
+        slug = h.ctx.settings.slug
     assert captured.app is not None
+    weights = doc["paths"]["/internal/v1/get_weights"]["get"]
+    assert weights["security"] == [{"InternalToken": []}]
+    slug_header = {p["name"]: p for p in weights["parameters"]}["X-Platform-Challenge-Slug"]
+    assert slug_header["schema"] == {"enum": [slug]}  # a client can send the one accepted
     documented = {(path, method) for path, item in doc["paths"].items() for method in item}
     assert documented == _operations_of(captured.app.url_map)
     assert ("/v1/compute/jobs/lease", "post") in documented  # served in front of Quart
