@@ -21,18 +21,29 @@ the DB runner (``await db.read(latest_round)``). Callers that keep a
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
 from hypertrain.beacon.bls import check_round
 from hypertrain.beacon.chain import BeaconRound, ChainInfo
+from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import Conflict
+from hypertrain.protocol.validators import u_int
 
 if TYPE_CHECKING:
     from hypertrain.store.db import Database
 
-__all__ = ["IngestResult", "decide", "get_round", "ingest_round", "latest_round", "store_round"]
+__all__ = [
+    "IngestAnswer",
+    "IngestResult",
+    "NoRound",
+    "decide",
+    "get_round",
+    "ingest_round",
+    "latest_round",
+    "store_round",
+]
 
 
 @attrs.frozen
@@ -47,7 +58,22 @@ class IngestResult:
 
     def to_json(self) -> dict[str, Any]:
         """The admin route's answer, ``{"round": r, "latest": D}``."""
-        return {"round": self.round, "latest": self.latest}
+        return unstructure(IngestAnswer(self.round, self.latest))
+
+
+@attrs.frozen
+class IngestAnswer:
+    """``POST /v1/admin/beacon``: the round posted and D after it."""
+
+    round: int = attrs.field(validator=u_int)
+    latest: int = attrs.field(validator=u_int)
+
+
+@attrs.frozen
+class NoRound:
+    """``GET /v1/beacon/latest`` before the first round: ``{"round": 0}``."""
+
+    round: Literal[0]
 
 
 def decide(stored: BeaconRound | None, rnd: BeaconRound) -> bool:

@@ -30,11 +30,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import attrs
+
 __all__ = [
     "AuthError",
     "CanonicalJSONError",
     "Conflict",
     "ContractMismatch",
+    "ErrorBody",
     "Expired",
     "Forbidden",
     "HeadersTooLarge",
@@ -63,6 +66,13 @@ class HypertrainError(Exception):
 
 class KeyfileError(HypertrainError):
     """A key or seed file is missing, unsafe (owner, mode, type) or malformed."""
+
+
+@attrs.frozen
+class ErrorBody:
+    """Every refusal's answer (spec 9): ``{"detail": ...}`` naming the problem."""
+
+    detail: str
 
 
 class ProtocolError(HypertrainError):

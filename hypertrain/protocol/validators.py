@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Final, get_args
 
 import attrs
@@ -33,8 +33,10 @@ __all__ = [
     "MAX_ITEMS",
     "MAX_PROOF",
     "SIG_HEX_RE",
+    "U53_SCHEMA",
     "Check",
     "FieldError",
+    "ListOf",
     "Validator",
     "f32",
     "hex64",
@@ -53,6 +55,7 @@ __all__ = [
     "one_of",
     "one_of_literal",
     "optional",
+    "pattern",
     "pos_int",
     "sig_hex",
     "ss58",
@@ -150,10 +153,15 @@ def is_ss58_address(value: object) -> bool:
 
 @attrs.frozen
 class Check:
-    """A predicate and the reason reported when it fails; usable as an attrs validator."""
+    """A predicate and the reason reported when it fails; usable as an attrs validator.
+
+    ``schema``: the same rule as JSON Schema keywords (``pattern``, ``minimum``...), merged into
+    the field's schema by :mod:`hypertrain.protocol.jsonschema`; empty where none says it.
+    """
 
     test: Callable[[Any], bool]
     reason: str
+    schema: Mapping[str, Any] = attrs.field(factory=dict, eq=False, kw_only=True)
 
     def __call__(self, _inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
         self.check(attribute.name, value)
@@ -192,20 +200,47 @@ def int_param(name: str, raw: str, check: Check) -> int:
     return value
 
 
-hex64: Final = Check(is_hex64, "must be 64 lowercase hex chars")
-sig_hex: Final = Check(is_sig_hex, "must be 128 lowercase hex chars")
-image_digest: Final = Check(is_image_digest, "must be sha256: and 64 lowercase hex chars")
-ss58: Final = Check(is_ss58_address, "must be an SS58 address (prefix 42, valid checksum)")
-f32: Final = Check(is_f32_hex, "must be f32 hex (8 lowercase hex chars)")
-u_int: Final = Check(is_u_int, "must be an int in [0, 2^53-1]")
-pos_int: Final = Check(is_pos_int, "must be an int in [1, 2^53-1]")
+def pattern(regex: re.Pattern[str]) -> dict[str, str]:
+    """The JSON Schema of a string matching ``regex`` whole."""
+    return {"type": "string", "pattern": f"^{regex.pattern}$"}
+
+
+def _int_range(low: int, high: int) -> dict[str, Any]:
+    return {"type": "integer", "minimum": low, "maximum": high}
+
+
+U53_SCHEMA: Final = _int_range(0, MAX_SAFE_INT)
+"""The JSON Schema of :data:`u_int` (a ``<u53:...>`` path parameter)."""
+
+
+hex64: Final = Check(is_hex64, "must be 64 lowercase hex chars", schema=pattern(HEX64_RE))
+sig_hex: Final = Check(is_sig_hex, "must be 128 lowercase hex chars", schema=pattern(SIG_HEX_RE))
+image_digest: Final = Check(
+    is_image_digest,
+    "must be sha256: and 64 lowercase hex chars",
+    schema=pattern(IMAGE_DIGEST_RE),
+)
+ss58: Final = Check(
+    is_ss58_address,
+    "must be an SS58 address (prefix 42, valid checksum)",
+    schema=pattern(SS58_RE),
+)
+f32: Final = Check(
+    is_f32_hex, "must be f32 hex (8 lowercase hex chars)", schema=pattern(re.compile("[0-9a-f]{8}"))
+)
+u_int: Final = Check(is_u_int, "must be an int in [0, 2^53-1]", schema=U53_SCHEMA)
+pos_int: Final = Check(
+    is_pos_int, "must be an int in [1, 2^53-1]", schema=_int_range(1, MAX_SAFE_INT)
+)
 strict_bool: Final = Check(lambda v: type(v) is bool, "must be true or false")
 
 
 def int_in(low: int, high: int) -> Check:
     """An int (never a bool) in ``[low, high]``."""
     return Check(
-        lambda v: type(v) is int and low <= v <= high, f"must be an int in [{low}, {high}]"
+        lambda v: type(v) is int and low <= v <= high,
+        f"must be an int in [{low}, {high}]",
+        schema=_int_range(low, high),
     )
 
 
@@ -214,6 +249,7 @@ def text(max_len: int) -> Check:
     return Check(
         lambda v: isinstance(v, str) and len(v) <= max_len,
         f"must be a string of <= {max_len} chars",
+        schema={"type": "string", "maxLength": max_len},
     )
 
 
@@ -222,7 +258,9 @@ def one_of(values: Collection[object]) -> Check:
     allowed = tuple(values)
     shown = ", ".join(repr(v) for v in allowed)
     return Check(
-        lambda v: any(type(v) is type(a) and v == a for a in allowed), f"must be one of {shown}"
+        lambda v: any(type(v) is type(a) and v == a for a in allowed),
+        f"must be one of {shown}",
+        schema={"enum": list(allowed)},
     )
 
 
@@ -238,12 +276,51 @@ def instance_of(cls: type) -> Check:
 
 def optional(check: Check) -> Check:
     """``None`` or a value passing ``check``."""
-    return Check(lambda v: v is None or check.test(v), f"{check.reason} (or null)")
+    schema = {"anyOf": [dict(check.schema), {"type": "null"}]} if check.schema else {}
+    return Check(lambda v: v is None or check.test(v), f"{check.reason} (or null)", schema=schema)
 
 
 def _ordered(items: Iterable[Any]) -> bool:
     values = list(items)
     return all(a < b for a, b in itertools.pairwise(values))
+
+
+@attrs.frozen
+class ListOf:
+    """A bounded tuple whose items pass ``item``; failures name the index (``hashes[3]``).
+    An attrs validator (:func:`list_of` builds it) whose bounds the JSON Schema reads."""
+
+    item: Check
+    min_len: int = 0
+    max_len: int = MAX_ITEMS
+    unique: bool = False
+    strictly_sorted: bool = False
+
+    def __call__(self, _inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        name = attribute.name
+        if not isinstance(value, tuple):
+            raise FieldError(name, f"must be an array, got {_show(value)}")
+        if not self.min_len <= len(value) <= self.max_len:
+            raise FieldError(
+                name, f"must hold {self.min_len}..{self.max_len} items, got {len(value)}"
+            )
+        for index, element in enumerate(value):
+            self.item.check(f"{name}[{index}]", element)
+        if self.unique and len(set(value)) != len(value):
+            raise FieldError(name, "items must be distinct")
+        if self.strictly_sorted and not _ordered(value):
+            raise FieldError(name, "items must be sorted ascending and distinct")
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The array's JSON Schema keywords (bounds, distinct items, the items' rule)."""
+        schema: dict[str, Any] = {"type": "array", "minItems": self.min_len}
+        schema["maxItems"] = self.max_len
+        if self.unique or self.strictly_sorted:
+            schema["uniqueItems"] = True
+        if self.item.schema:
+            schema["items"] = dict(self.item.schema)
+        return schema
 
 
 def list_of(
@@ -255,18 +332,4 @@ def list_of(
     strictly_sorted: bool = False,
 ) -> Validator:
     """A bounded tuple whose items pass ``item``; failures name the index (``hashes[3]``)."""
-
-    def validate(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-        name = attribute.name
-        if not isinstance(value, tuple):
-            raise FieldError(name, f"must be an array, got {_show(value)}")
-        if not min_len <= len(value) <= max_len:
-            raise FieldError(name, f"must hold {min_len}..{max_len} items, got {len(value)}")
-        for index, element in enumerate(value):
-            item.check(f"{name}[{index}]", element)
-        if unique and len(set(value)) != len(value):
-            raise FieldError(name, "items must be distinct")
-        if strictly_sorted and not _ordered(value):
-            raise FieldError(name, "items must be sorted ascending and distinct")
-
-    return validate
+    return ListOf(item, min_len, max_len, unique, strictly_sorted)

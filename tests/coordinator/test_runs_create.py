@@ -10,6 +10,7 @@ import pytest
 
 from hypertrain.beacon import latest_round
 from hypertrain.coordinator.flows.runview import runs_list
+from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.envelope import seal
 from hypertrain.protocol.example import example_bodies, example_manifest
 from hypertrain.protocol.manifest import Beacon
@@ -171,7 +172,7 @@ async def test_a_manifest_for_another_chain_is_422(tmp_path: Path, beacon: Beaco
         assert "not this coordinator's chain" in r.json()["detail"]
         info = (await h.client.get("/v1/beacon/info")).json()
         assert info == h.chain.info.to_json()
-        assert await h.ctx.db.read(runs_list) == {"runs": []}
+        assert unstructure(await h.ctx.db.read(runs_list)) == {"runs": []}
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any
+from typing import Any, Literal
+
+from attrs import field, frozen
 
 from hypertrain.beacon.ingest import latest_round
 from hypertrain.coordinator.flows.aggregation import audits_settled
@@ -25,8 +27,54 @@ from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.envelope import Verified
 from hypertrain.protocol.errors import Conflict, ContractMismatch, NotFound
 from hypertrain.protocol.messages import RoundOpen
+from hypertrain.protocol.validators import hex64, u_int
 
-__all__ = ["apply_aggregate", "inputs_view"]
+__all__ = [
+    "RolledBack",
+    "RoundApplied",
+    "RoundFinalized",
+    "TapeRecorded",
+    "apply_aggregate",
+    "inputs_view",
+]
+
+
+@frozen
+class RoundApplied:
+    """``POST .../aggregate``: round ``w`` applied and round ``opened`` open."""
+
+    w: int = field(validator=u_int)
+    state: Literal["APPLIED"]
+    opened: int = field(validator=u_int)
+
+
+@frozen(kw_only=True)
+class TapeRecorded:
+    """``PUT .../tape``: the merge's recorded facts."""
+
+    run_id: str
+    w: int = field(validator=u_int)
+    tape_key: str = field(validator=hex64)
+    theta_hash: str = field(validator=hex64)
+    update_norm: float
+    clipped: int = field(validator=u_int)
+
+
+@frozen
+class RoundFinalized:
+    """``POST .../finalize``: round ``w`` final, with each miner's verdict."""
+
+    w: int = field(validator=u_int)
+    state: Literal["FINAL"]
+    verdicts: dict[str, str]
+
+
+@frozen
+class RolledBack:
+    """``POST .../rollback``: the miners excluded from round ``w``."""
+
+    w: int = field(validator=u_int)
+    excluded: tuple[str, ...]
 
 
 def inputs_view(

@@ -54,6 +54,7 @@ from hypertrain.protocol.jcs import parse_json
 
 __all__ = [
     "HIDDEN_TRACE",
+    "BenchmarkQueued",
     "Leased",
     "NextLease",
     "Received",
@@ -65,6 +66,15 @@ __all__ = [
 ]
 
 HIDDEN_TRACE: Final = "trace.u16"
+
+
+@attrs.frozen
+class BenchmarkQueued:
+    """``POST /v1/admin/compute/benchmark``: the step measuring the nodes of run_id's round w."""
+
+    job: str
+    run_id: str
+    w: int
 
 
 NextLease = tuple[Node, LeaseRequest, LeaseGrant | None]

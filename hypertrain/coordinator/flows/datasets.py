@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable
-from typing import Any
 
 import attrs
 from attrs import field, frozen
@@ -34,11 +33,13 @@ from hypertrain.datasets.manifest import DatasetManifest
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.errors import Conflict, ContractMismatch, NotFound, SchemaError
 from hypertrain.protocol.manifest import DatasetSpec
-from hypertrain.protocol.validators import hex64
+from hypertrain.protocol.validators import hex64, list_of
 
 __all__ = [
     "NO_DATASET",
+    "DatasetRegistered",
     "DatasetRequest",
+    "DatasetView",
     "check_dataset_manifest",
     "dataset_target",
     "dataset_view",
@@ -115,13 +116,34 @@ def dataset_sha(conn: sqlite3.Connection, run_id: str) -> str:
     return sha
 
 
-def dataset_view(run_id: str, sha: str, record: DatasetManifest) -> dict[str, Any]:
+@frozen(kw_only=True)
+class DatasetView:
+    """``GET /v1/runs/{id}/dataset``: the run's registered dataset."""
+
+    run_id: str
+    manifest_sha256: str = field(validator=hex64)
+    seq_len: int
+    samples_per_shard: int
+    n_samples: int
+    shard_sha256s: tuple[str, ...] = field(validator=list_of(hex64))
+
+
+@frozen(kw_only=True)
+class DatasetRegistered:
+    """``PUT /v1/admin/runs/{id}/dataset``: the manifest registered and its shard count."""
+
+    run_id: str
+    manifest_sha256: str = field(validator=hex64)
+    n_shards: int
+
+
+def dataset_view(run_id: str, sha: str, record: DatasetManifest) -> DatasetView:
     """The public answer of ``GET /v1/runs/{id}/dataset``."""
-    return {
-        "run_id": run_id,
-        "manifest_sha256": sha,
-        "seq_len": record.seq_len,
-        "samples_per_shard": record.samples_per_shard,
-        "n_samples": record.n_samples,
-        "shard_sha256s": list(record.shard_sha256s),
-    }
+    return DatasetView(
+        run_id=run_id,
+        manifest_sha256=sha,
+        seq_len=record.seq_len,
+        samples_per_shard=record.samples_per_shard,
+        n_samples=record.n_samples,
+        shard_sha256s=record.shard_sha256s,
+    )

@@ -29,13 +29,31 @@ from hypertrain.protocol.validators import (
 
 __all__ = [
     "HoneypotCommitRequest",
+    "HoneypotCommitted",
     "HoneypotMember",
     "HoneypotReveal",
+    "HoneypotVerified",
     "commit_honeypot",
     "reveal_honeypot",
 ]
 
 HoneypotMode = Literal["honest", "fabricate", "last_step", "noise"]
+
+
+@frozen
+class HoneypotCommitted:
+    """``PUT .../honeypot``: the commitment stored for the run."""
+
+    run_id: str
+    honeypot_commit: str = field(validator=hex64)
+
+
+@frozen
+class HoneypotVerified:
+    """``POST .../honeypot/reveal``: the revealed members match the commitment."""
+
+    commitment: str = field(validator=hex64)
+    verified: Literal[True]
 
 
 @frozen

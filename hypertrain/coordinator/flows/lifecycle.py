@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from typing import Literal
 
-from attrs import frozen
+from attrs import field, frozen
 
 from hypertrain.beacon.chain import ChainInfo
 from hypertrain.beacon.ingest import latest_round
@@ -54,16 +55,54 @@ from hypertrain.protocol.errors import Conflict, ContractMismatch, Malformed, No
 from hypertrain.protocol.hashes import ZERO_STATE
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.manifest import RunManifest
+from hypertrain.protocol.validators import hex64
+from hypertrain.rounds.deadlines import RunConfig
 from hypertrain.rounds.states import RoundState
 
 __all__ = [
+    "ConfigAnswer",
     "LedgerParams",
+    "PausedAnswer",
+    "RosterRemoved",
+    "RunCreated",
     "check_manifest",
     "create_run",
     "parse_manifest",
     "seal_round_zero",
     "set_paused",
 ]
+
+
+@frozen
+class RunCreated:
+    """``POST /v1/admin/runs`` 201: the new run's id (sha256 of its manifest)."""
+
+    run_id: str = field(validator=hex64)
+    status: Literal["created"]
+
+
+@frozen
+class ConfigAnswer:
+    """``PUT .../config``: the run's config as stored."""
+
+    run_id: str
+    config: RunConfig
+
+
+@frozen
+class PausedAnswer:
+    """``PUT .../paused``: the run's status after the change."""
+
+    run_id: str
+    status: str
+
+
+@frozen
+class RosterRemoved:
+    """``DELETE .../roster/{hotkey}``: removed from the next RoundOpen on."""
+
+    hotkey: str
+    removed: Literal[True]
 
 
 @frozen

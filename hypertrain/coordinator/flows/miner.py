@@ -43,12 +43,19 @@ import functools
 import json
 import sqlite3
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from attrs import field, frozen
 
 from hypertrain.beacon.ingest import get_round, latest_round
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
+from hypertrain.coordinator.flows.replies import (
+    Accepted,
+    Committed,
+    LeavesTaken,
+    Uploaded,
+    UploadGrant,
+)
 from hypertrain.coordinator.tables.miners import (
     GrantRow,
     MinerRow,
@@ -197,7 +204,7 @@ def _assignment(
     return {a.hotkey: a for a in slots}
 
 
-def post_accept(conn: sqlite3.Connection, raw: object, run_id: str) -> dict[str, Any]:
+def post_accept(conn: sqlite3.Connection, raw: object, run_id: str) -> Accepted:
     """``POST .../accept`` (module doc)."""
     now = latest_round(conn)
     verified = _verify(raw, "Accept", run_id, now)
@@ -231,15 +238,13 @@ def post_accept(conn: sqlite3.Connection, raw: object, run_id: str) -> dict[str,
     if spec.driver_allowlist and body.driver_version not in spec.driver_allowlist:
         raise ContractMismatch(f"driver {body.driver_version!r} is not in the driver_allowlist")
     set_accepted(conn, run_id, body.w, body.hotkey, verified.envelope.encode().decode())
-    return {"w": body.w, "hotkey": body.hotkey, "status": "ACCEPTED", "slot": miner.slot}
+    return Accepted(body.w, body.hotkey, "ACCEPTED", miner.slot)
 
 
 # --- commit --------------------------------------------------------------------------------------
 
 
-def post_commit(
-    conn: sqlite3.Connection, raw: object, run_id: str, coord: Keypair
-) -> dict[str, Any]:
+def post_commit(conn: sqlite3.Connection, raw: object, run_id: str, coord: Keypair) -> Committed:
     """``POST .../commit`` -> ``{status, receipt}`` (module doc)."""
     now = latest_round(conn)
     verified = _verify(raw, "Commit", run_id, now)
@@ -262,7 +267,9 @@ def post_commit(
     n_leaves = inner.H // inner.J + 1
     if body.n_leaves != n_leaves:
         raise ContractMismatch(f"n_leaves must be H/J + 1 = {n_leaves}, got {body.n_leaves}")
-    status = "EXCLUDED" if row.deadlines.commit_excluded(now) else "COMMITTED"
+    status: Literal["COMMITTED", "EXCLUDED"] = (
+        "EXCLUDED" if row.deadlines.commit_excluded(now) else "COMMITTED"
+    )
     receipt = seal(
         coord,
         "Receipt",
@@ -280,7 +287,7 @@ def post_commit(
         receipt=receipt.encode().decode(),
         received_round=now,
     )
-    return {"status": status, "receipt": receipt.to_json()}
+    return Committed(status, receipt)
 
 
 # --- leaves --------------------------------------------------------------------------------------
@@ -305,7 +312,7 @@ def _check_preimages(run_id: str, w: int, J: int, commit: Commit, req: LeavesReq
         )
 
 
-def post_leaves(conn: sqlite3.Connection, run_id: str, req: LeavesRequest) -> dict[str, Any]:
+def post_leaves(conn: sqlite3.Connection, run_id: str, req: LeavesRequest) -> LeavesTaken:
     """``POST .../leaves`` -> ``{w, hotkey, leaves_root}`` (module doc)."""
     now = latest_round(conn)
     row = _open_round(conn, run_id, req.w)
@@ -325,7 +332,7 @@ def post_leaves(conn: sqlite3.Connection, run_id: str, req: LeavesRequest) -> di
             ef_in_sha256=req.ef_in_sha256,
             now=now,
         )
-    return {"w": req.w, "hotkey": req.hotkey, "leaves_root": commit.leaves_root}
+    return LeavesTaken(req.w, req.hotkey, commit.leaves_root)
 
 
 # --- uploads -------------------------------------------------------------------------------------
@@ -333,7 +340,7 @@ def post_leaves(conn: sqlite3.Connection, run_id: str, req: LeavesRequest) -> di
 
 def grant_upload(
     conn: sqlite3.Connection, run_id: str, req: UploadRequest, grant_id: str
-) -> dict[str, Any]:
+) -> UploadGrant:
     """``POST .../uploads`` -> ``{method: "PUT", sha256, url}`` (module doc)."""
     now = latest_round(conn)
     row = _open_round(conn, run_id, req.w)
@@ -354,7 +361,7 @@ def grant_upload(
         expires_round=row.deadlines.d_upload,
     )
     insert_grant(conn, grant, now)
-    return {"method": "PUT", "sha256": req.sha256, "url": f"/v1/uploads/{grant_id}"}
+    return UploadGrant("PUT", req.sha256, f"/v1/uploads/{grant_id}")
 
 
 # --- delta manifest ------------------------------------------------------------------------------
@@ -362,7 +369,7 @@ def grant_upload(
 
 def post_delta(
     conn: sqlite3.Connection, raw: object, run_id: str, stored: Callable[[str], bool]
-) -> dict[str, Any]:
+) -> Uploaded:
     """``POST .../delta`` -> ``{w, hotkey, status: "UPLOADED"}``; ``stored(sha)`` says whether
     the object store holds ``sha`` (module doc)."""
     now = latest_round(conn)
@@ -371,7 +378,7 @@ def post_delta(
     assert isinstance(body, DeltaManifest)
     row = _open_round(conn, run_id, body.w)
     miner = _rostered(conn, run_id, body.w, body.hotkey)
-    answer = {"w": body.w, "hotkey": body.hotkey, "status": "UPLOADED"}
+    answer = Uploaded(body.w, body.hotkey, "UPLOADED")
     text = verified.envelope.encode().decode()
     if miner.delta_manifest == text:
         return answer

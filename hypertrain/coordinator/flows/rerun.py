@@ -38,6 +38,7 @@ from hypertrain.beacon.chain import ChainInfo
 from hypertrain.beacon.ingest import latest_round
 from hypertrain.coordinator.flows.auditstats import EpochClock
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
+from hypertrain.coordinator.flows.replies import Reran
 from hypertrain.coordinator.tables.audits import jobs_of_round
 from hypertrain.coordinator.tables.finality import get_final
 from hypertrain.coordinator.tables.miners import (
@@ -121,7 +122,7 @@ def post_rerun(
     req: RerunRequest,
     chain: ChainInfo,
     clock: EpochClock,
-) -> dict[str, Any]:
+) -> Reran:
     """Record and classify a rerun (module doc): ``{w, hotkey, classification}``."""
     claim = rerun_claim_bytes(run_id, req.w, req.hotkey, req.leaves_root)
     if not verify_signature(ss58_public_key(req.hotkey), claim, bytes.fromhex(req.sig)):
@@ -169,7 +170,7 @@ def post_rerun(
             (run_id, req.w, req.hotkey),
         )
         lift_blacklist_unless_faulted(conn, run_id, req.hotkey)
-    return {"w": req.w, "hotkey": req.hotkey, "classification": result}
+    return Reran(req.w, req.hotkey, result)
 
 
 def reruns_of_round(conn: sqlite3.Connection, run_id: str, w: int) -> dict[str, dict[str, Any]]:

@@ -20,6 +20,8 @@ import json
 import sqlite3
 from typing import Any
 
+from attrs import frozen
+
 from hypertrain.beacon.ingest import latest_round
 from hypertrain.coordinator.flows.pages import Page
 from hypertrain.coordinator.tables.rounds import round_page, round_states
@@ -31,12 +33,27 @@ from hypertrain.coordinator.tables.runs import (
 )
 from hypertrain.protocol.converter import unstructure
 
-__all__ = ["roster_view", "run_view", "runs_list"]
+__all__ = ["RunListed", "RunsList", "roster_view", "run_view", "runs_list"]
 
 
-def runs_list(conn: sqlite3.Connection) -> dict[str, Any]:
-    """``{"runs": [{run_id, status}]}``."""
-    return {"runs": [{"run_id": r, "status": s} for r, s in list_runs(conn)]}
+@frozen
+class RunListed:
+    """One run of ``GET /v1/runs``."""
+
+    run_id: str
+    status: str
+
+
+@frozen
+class RunsList:
+    """``GET /v1/runs``: every run and its status."""
+
+    runs: tuple[RunListed, ...]
+
+
+def runs_list(conn: sqlite3.Connection) -> RunsList:
+    """Every run and its status."""
+    return RunsList(tuple(RunListed(r, s) for r, s in list_runs(conn)))
 
 
 def run_view(conn: sqlite3.Connection, run_id: str, page: Page | None = None) -> dict[str, Any]:

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from typing import Any
 
 from attrs import frozen
 
 from hypertrain.beacon.ingest import latest_round
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
+from hypertrain.coordinator.flows.replies import StateStored, UploadGrant
 from hypertrain.coordinator.tables.audits import (
     JobRow,
     ServeRow,
@@ -163,7 +163,7 @@ def grant_state_upload(
     sha256: str,
     challenge_hash: str,
     grant_id: str,
-) -> dict[str, Any]:
+) -> UploadGrant:
     """Step 1 of the module doc: ``{method: "PUT", sha256, url}``."""
     job, challenge, d = _target_job(conn, run_id, challenge_hash, hotkey, w)
     manifest = parse_manifest(get_run(conn, run_id).manifest_envelope)
@@ -177,12 +177,12 @@ def grant_state_upload(
         expires_round=challenge.serve_deadline + 1,
     )
     insert_grant(conn, grant, d)
-    return {"method": "PUT", "sha256": sha256, "url": f"/v1/uploads/{grant_id}"}
+    return UploadGrant("PUT", sha256, f"/v1/uploads/{grant_id}")
 
 
 def record_serve(
     conn: sqlite3.Connection, raw: object, run_id: str, facts: BlobFacts
-) -> dict[str, Any]:
+) -> StateStored:
     """Step 2 of the module doc: ``{challenge_hash, t, stored: true}``."""
     d = latest_round(conn)
     verified = verify(raw, expected_run_id=run_id, now_round=d)
@@ -190,7 +190,7 @@ def record_serve(
     if not isinstance(serve, StateServe):
         raise Malformed("expected a signed StateServe envelope")
     job, challenge, _ = _target_job(conn, run_id, serve.challenge_hash, serve.hotkey, None)
-    answer = {"challenge_hash": serve.challenge_hash, "t": serve.t, "stored": True}
+    answer = StateStored(serve.challenge_hash, serve.t, True)
     text = verified.envelope.encode().decode()
     existing = {row.t: row for row in serves_of(conn, job.challenge_hash)}
     if serve.t in existing:

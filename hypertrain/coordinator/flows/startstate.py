@@ -25,10 +25,20 @@ from hypertrain.coordinator.tables.miners import StateRow, get_round_state, inse
 from hypertrain.coordinator.tables.rounds import get_round_row
 from hypertrain.coordinator.tables.runs import get_run
 from hypertrain.protocol.errors import Conflict, ContractMismatch, Malformed, NotFound
-from hypertrain.protocol.validators import hex64, optional
+from hypertrain.protocol.validators import hex64, optional, u_int
 from hypertrain.trainer.state import unpack_state
 
-__all__ = ["StateRequest", "check_state_blob", "publish_state", "state_target"]
+__all__ = ["StatePublished", "StateRequest", "check_state_blob", "publish_state", "state_target"]
+
+
+@frozen
+class StatePublished:
+    """``PUT .../rounds/{w}/state``: the start state the round's published with."""
+
+    run_id: str
+    w: int = field(validator=u_int)
+    theta_start_sha256: str = field(validator=hex64)
+    v0_sha256: str | None = field(validator=optional(hex64))
 
 
 @frozen

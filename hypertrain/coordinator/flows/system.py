@@ -3,11 +3,40 @@
 from __future__ import annotations
 
 import sqlite3
-from typing import Final
+from typing import Final, Literal
 
+import attrs
+
+from hypertrain.ledger.ledger import LedgerStatistics
 from hypertrain.store.catalog import set_meta
 
-__all__ = ["HEALTH_META_KEY", "touch_health"]
+__all__ = ["HEALTH_META_KEY", "Healthy", "Unhealthy", "VersionAnswer", "touch_health"]
+
+
+@attrs.frozen(kw_only=True)
+class VersionAnswer:
+    """``GET /version``: who answers, and what it offers (only what is built)."""
+
+    slug: str
+    version: str
+    contract: int
+    capabilities: tuple[str, ...]
+
+
+@attrs.frozen
+class Healthy:
+    """``GET /health`` 200: healthy, and the ledger's totals."""
+
+    ok: Literal[True]
+    ledger: LedgerStatistics
+
+
+@attrs.frozen
+class Unhealthy:
+    """``GET /health`` 503: every reason it is not healthy, and them joined as the detail."""
+
+    detail: str
+    reasons: tuple[str, ...]
 
 
 HEALTH_META_KEY: Final = "health_checked_at"

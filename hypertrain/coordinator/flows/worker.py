@@ -27,14 +27,16 @@ Each function is one transaction of the DB runner; refusals raise a
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import sqlite3
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from attrs import field, frozen
 
 from hypertrain.beacon.ingest import get_round, latest_round
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
+from hypertrain.coordinator.flows.replies import HandedBack, LeaseExtended
 from hypertrain.coordinator.flows.scoring import run_scoring_facts
 from hypertrain.coordinator.tables.audits import (
     JobRow,
@@ -65,7 +67,7 @@ from hypertrain.protocol.errors import (
 )
 from hypertrain.protocol.keys import Keypair
 from hypertrain.protocol.messages import AuditChallenge, Forfeit, LeafPreimage, ReplayVerdict
-from hypertrain.protocol.validators import Check, hex64, optional, strict_bool, text
+from hypertrain.protocol.validators import Check, hex64, optional, pattern, strict_bool, text
 from hypertrain.rounds.assignment import assign
 from hypertrain.rounds.states import FAULT_STATUSES
 from hypertrain.trainer.leaves import preimage_digest
@@ -103,7 +105,11 @@ def _lease_token(value: object) -> bool:
     )
 
 
-lease_token = Check(_lease_token, "must be a lease token: 32 lowercase hex characters")
+lease_token = Check(
+    _lease_token,
+    "must be a lease token: 32 lowercase hex characters",
+    schema=pattern(re.compile("[0-9a-f]{32}")),
+)
 
 
 @frozen
@@ -310,23 +316,23 @@ def job_serves(conn: sqlite3.Connection, job_id: str, lease: str) -> dict[str, A
     return {"now_round": d, "serves": _serves_json(conn, job)}
 
 
-def heartbeat(conn: sqlite3.Connection, job_id: str, req: LeaseRequest) -> dict[str, Any]:
+def heartbeat(conn: sqlite3.Connection, job_id: str, req: LeaseRequest) -> LeaseExtended:
     """Renew the lease to ``D + LEASE_ROUNDS``."""
     job, d = _leased(conn, job_id, req.lease)
     update_job(conn, job.job_id, lease_expires_round=d + LEASE_ROUNDS)
-    return {"id": job.job_id, "lease_expires_round": d + LEASE_ROUNDS}
+    return LeaseExtended(job.job_id, d + LEASE_ROUNDS)
 
 
 def fail_job(
     conn: sqlite3.Connection, job_id: str, req: FailRequest
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[HandedBack, dict[str, Any]]:
     """Hand the job back (``retry``) or fail it for good."""
     job, _ = _leased(conn, job_id, req.lease)
-    state = "queued" if req.retry else "failed"
+    state: Literal["queued", "failed"] = "queued" if req.retry else "failed"
     update_job(
         conn, job.job_id, state=state, lease=None, lease_expires_round=None, fail_reason=req.reason
     )
-    return {"id": job.job_id, "state": state}, _event(job, state, reason=req.reason)
+    return HandedBack(job.job_id, state), _event(job, state, reason=req.reason)
 
 
 # --- complete ------------------------------------------------------------------------------------

@@ -18,5 +18,7 @@ body (:mod:`.http`), checks the caller (:mod:`.auth`), runs one transaction func
 ``aggregator``      an external aggregator's inputs, round opening and tape
 ``compute``         the compute network's node routes, status, steps and benchmark
 ``checkpoints``     published checkpoints: the list, their files, the objects a replay reads
+``routedoc``        ``add_route``: a route added with its declaration (body, answers, errors)
+``openapi``         ``GET /openapi.json``, built from the URL map and those declarations
 ==================  ===============================================================
 """

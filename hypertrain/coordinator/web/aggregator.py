@@ -44,6 +44,7 @@ for a bad envelope, signature or signer, 409 a tape or object not in the store.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -54,7 +55,14 @@ from hypertrain.aggregator.outerstate import unpack_outer
 from hypertrain.aggregator.rollback import verify_rollback
 from hypertrain.aggregator.tape import parse_signed_tape, verify_tape
 from hypertrain.coordinator.context import Coordinator
-from hypertrain.coordinator.flows.aggregator import apply_aggregate, inputs_view
+from hypertrain.coordinator.flows.aggregator import (
+    RolledBack,
+    RoundApplied,
+    RoundFinalized,
+    TapeRecorded,
+    apply_aggregate,
+    inputs_view,
+)
 from hypertrain.coordinator.flows.rollback import (
     RollbackRequest,
     record_external_rollback,
@@ -68,8 +76,9 @@ from hypertrain.coordinator.flows.taperecord import (
 )
 from hypertrain.coordinator.web.auth import require_admin
 from hypertrain.coordinator.web.http import json_response, read_json
-from hypertrain.protocol.converter import structure
-from hypertrain.protocol.envelope import Verified, check_shape, verify
+from hypertrain.coordinator.web.routedoc import UNTYPED, Doc, Param, add_route, errors
+from hypertrain.protocol.converter import structure, unstructure
+from hypertrain.protocol.envelope import Envelope, Verified, check_shape, verify
 from hypertrain.protocol.errors import Conflict, Malformed
 from hypertrain.protocol.messages import Finalize, Rollback
 from hypertrain.protocol.validators import int_param, pos_int
@@ -119,7 +128,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 "opened": opened.w,
             },
         )
-        return json_response({"w": w, "state": "APPLIED", "opened": opened.w})
+        return json_response(unstructure(RoundApplied(w, "APPLIED", opened.w)))
 
     async def put_tape(run_id: str, w: int) -> Response:
         require_admin(ctx)
@@ -142,16 +151,15 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                     "theta_hash": record.theta_hash,
                 },
             )
-        return json_response(
-            {
-                "run_id": run_id,
-                "w": w,
-                "tape_key": record.tape_key,
-                "theta_hash": record.theta_hash,
-                "update_norm": record.update_norm,
-                "clipped": record.clipped,
-            }
+        recorded = TapeRecorded(
+            run_id=run_id,
+            w=w,
+            tape_key=record.tape_key,
+            theta_hash=record.theta_hash,
+            update_norm=record.update_norm,
+            clipped=record.clipped,
         )
+        return json_response(unstructure(recorded))
 
     async def post_finalize(run_id: str, w: int) -> Response:
         require_admin(ctx)
@@ -161,7 +169,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         if body.w != w:
             raise Malformed(f"Finalize.w is {body.w}, the path names round {w}")
         plan = await parts.finality.record(verified.envelope, body)
-        return json_response({"w": w, "state": "FINAL", "verdicts": plan.verdicts_json()})
+        return json_response(unstructure(RoundFinalized(w, "FINAL", plan.verdicts_json())))
 
     async def post_rollback(run_id: str, w: int) -> Response:
         require_admin(ctx)
@@ -214,7 +222,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 "theta_hash": body.new_theta_hash_w2,
             },
         )
-        return json_response({"w": w, "excluded": list(body.excluded)})
+        return json_response(unstructure(RolledBack(w, body.excluded)))
 
     def _load_stored(sha256: str) -> bytes:
         if not ctx.objects.exists(sha256):
@@ -226,33 +234,74 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             raise Conflict(f"{what} object {sha256} is not in the object store")
         return await ctx.objects.get(sha256)
 
-    app.add_url_rule(
-        "/v1/aggregator/runs/<run_id>/rounds/<u53:w>/tape",
-        "aggregator.tape",
-        put_tape,
-        methods=["PUT"],
-    )
-    app.add_url_rule(
-        "/v1/aggregator/runs/<run_id>/rounds/<u53:w>/inputs",
-        "aggregator.inputs",
-        get_inputs,
-        methods=["GET"],
-    )
-    app.add_url_rule(
-        "/v1/aggregator/runs/<run_id>/rounds/<u53:w>/rollback",
-        "aggregator.rollback",
-        post_rollback,
-        methods=["POST"],
-    )
-    app.add_url_rule(
-        "/v1/aggregator/runs/<run_id>/rounds/<u53:w>/finalize",
-        "aggregator.finalize",
-        post_finalize,
-        methods=["POST"],
-    )
-    app.add_url_rule(
-        "/v1/aggregator/runs/<run_id>/rounds/<u53:w>/aggregate",
-        "aggregator.aggregate",
-        post_aggregate,
-        methods=["POST"],
-    )
+    rounds = "/v1/aggregator/runs/<run_id>/rounds/<u53:w>"
+    refusals = errors(401, 403, 409, 422)
+    rules: list[tuple[str, str, Callable[..., Awaitable[Response]], str, Doc]] = [
+        (
+            "tape",
+            "tape",
+            put_tape,
+            "PUT",
+            Doc(
+                summary="record an external merge's signed tape",
+                auth="admin",
+                body=TapeRequest,
+                answers={200: TapeRecorded},
+                errors=refusals,
+            ),
+        ),
+        (
+            "inputs",
+            "inputs",
+            get_inputs,
+            "GET",
+            Doc(
+                summary="what the aggregator merges for round w",
+                auth="admin",
+                params=(Param(name="d_open", schema=pos_int.schema),),
+                answers={200: UNTYPED},
+                errors=errors(409),
+            ),
+        ),
+        (
+            "rollback",
+            "rollback",
+            post_rollback,
+            "POST",
+            Doc(
+                summary="roll back round w (K_coord Rollback and the new tapes)",
+                auth="admin",
+                body=RollbackRequest,
+                answers={200: RolledBack},
+                errors=refusals,
+            ),
+        ),
+        (
+            "finalize",
+            "finalize",
+            post_finalize,
+            "POST",
+            Doc(
+                summary="finalize round w (K_coord Finalize envelope)",
+                auth="admin",
+                body=Envelope,
+                answers={200: RoundFinalized},
+                errors=refusals,
+            ),
+        ),
+        (
+            "aggregate",
+            "aggregate",
+            post_aggregate,
+            "POST",
+            Doc(
+                summary="apply round w and open w+1 (K_coord RoundOpen envelope)",
+                auth="admin",
+                body=Envelope,
+                answers={200: RoundApplied},
+                errors=refusals,
+            ),
+        ),
+    ]
+    for tail, name, view, method, doc in rules:
+        add_route(app, f"{rounds}/{tail}", f"aggregator.{name}", view, method, doc)

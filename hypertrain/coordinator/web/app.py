@@ -2,6 +2,10 @@
 
 Each route module exposes ``register(app, ctx, parts)``, which adds routes and nothing else,
 and names its endpoints ``<module>.<name>`` (Quart refuses two views under one endpoint name).
+A route is added with :func:`~hypertrain.coordinator.web.routedoc.add_route` and its
+declaration (what it reads and answers), from which ``GET /openapi.json`` is built
+(:mod:`~hypertrain.coordinator.web.openapi`, registered last); a route added otherwise shows
+in that document as undocumented, which the tests refuse.
 Adding a group of routes is one entry in :data:`ROUTE_MODULES`. What routes use besides the
 :class:`~hypertrain.coordinator.context.Coordinator` is built by the composition root
 (:func:`hypertrain.daemon.main.serve_daemon`, or a test) and handed in as :class:`AppParts`;
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Final
+from typing import Final, NoReturn
 
 import attrs
 from quart_trio import QuartTrio
@@ -47,6 +51,7 @@ from hypertrain.coordinator.web import (
     ledger,
     miner,
     objects,
+    openapi,
     runs,
     system,
     worker,
@@ -59,7 +64,13 @@ from hypertrain.coordinator.web.http import (
     install_converters,
     install_error_handlers,
 )
-from hypertrain.coordinator.web.instrument import RouteTemplates, coordinator_metrics, instrument
+from hypertrain.coordinator.web.instrument import (
+    METRICS_PATH,
+    RouteTemplates,
+    coordinator_metrics,
+    instrument,
+)
+from hypertrain.coordinator.web.routedoc import Doc, Media, add_route
 from hypertrain.coordinator.web.objects import UploadAwareRequest
 from nurseries import RunSync, run_inline
 
@@ -139,8 +150,14 @@ ROUTE_MODULES: Final[tuple[Register, ...]] = (
     ledger.register,
     checkpoints.register,
     dashboard.register,
+    openapi.register,
 )
 """The ``register`` functions ``create_app`` calls, in order."""
+
+
+async def _served_in_front() -> NoReturn:
+    """``GET /metrics``: answered by the instrument layer in front of Quart, never here."""
+    raise RuntimeError("GET /metrics is answered in front of the app")
 
 
 def create_app(
@@ -163,6 +180,11 @@ def create_app(
     install_converters(app)
     for register in ROUTE_MODULES:
         register(app, ctx, parts)
+    if serve_metrics:  # listed for the URL map and the OpenAPI document; answered in front
+        metrics_doc = Doc(
+            summary="the daemon's Prometheus metrics", answers={200: Media("text/plain")}
+        )
+        add_route(app, METRICS_PATH, "metrics.text", _served_in_front, "GET", metrics_doc)
     app.asgi_app = serve_answers(  # type: ignore[method-assign,assignment]
         app.asgi_app, parts.answers, headers_limit=HEADERS_LIMIT
     )

@@ -17,9 +17,11 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from hypertrain.beacon import BeaconRound, get_round
+from hypertrain.beacon.ingest import IngestAnswer, NoRound
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.web.auth import require_admin
 from hypertrain.coordinator.web.http import json_response, read_json
+from hypertrain.coordinator.web.routedoc import UNTYPED, Doc, add_route, errors
 from hypertrain.protocol.converter import unstructure
 
 if TYPE_CHECKING:
@@ -40,13 +42,43 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     async def latest() -> Response:
         d = ctx.beacon.latest
         rnd = await ctx.db.read(get_round, d) if d > 0 else None
-        return json_response({"round": 0} if rnd is None else unstructure(rnd))
+        return json_response(unstructure(NoRound(0) if rnd is None else rnd))
 
     info_json = ctx.chain.to_json()
 
     async def info() -> Response:
         return json_response(info_json)
 
-    app.add_url_rule("/v1/admin/beacon", "beacon.post", post_beacon, methods=["POST"])
-    app.add_url_rule("/v1/beacon/info", "beacon.info", info, methods=["GET"])
-    app.add_url_rule("/v1/beacon/latest", "beacon.latest", latest, methods=["GET"])
+    add_route(
+        app,
+        "/v1/admin/beacon",
+        "beacon.post",
+        post_beacon,
+        "POST",
+        Doc(
+            summary="store a drand round (the relay's JSON)",
+            auth="admin",
+            body=BeaconRound,
+            answers={200: IngestAnswer},
+            errors=errors(409),
+        ),
+    )
+    add_route(
+        app,
+        "/v1/beacon/info",
+        "beacon.info",
+        info,
+        "GET",
+        Doc(summary="the drand /info JSON of the chain followed", answers={200: UNTYPED}),
+    )
+    add_route(
+        app,
+        "/v1/beacon/latest",
+        "beacon.latest",
+        latest,
+        "GET",
+        Doc(
+            summary="D's round, or {round: 0} before the first",
+            answers={200: BeaconRound | NoRound},
+        ),
+    )

@@ -33,8 +33,9 @@ from hypertrain.coordinator.flows.checkpoints import (
     checkpoint_listing,
     checkpoint_object,
 )
-from hypertrain.coordinator.web.http import json_response, object_response
-from hypertrain.protocol.validators import hex64
+from hypertrain.coordinator.web.http import JSON_CONTENT_TYPE, json_response, object_response
+from hypertrain.coordinator.web.routedoc import OCTETS, UNTYPED, Doc, Media, add_route
+from hypertrain.protocol.validators import HEX64_RE, hex64, pattern
 
 if TYPE_CHECKING:
     from hypertrain.coordinator.web.app import AppParts
@@ -64,8 +65,34 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         return object_response(ctx.objects, key)
 
     base = "/v1/runs/<run_id>/checkpoints"
-    app.add_url_rule(base, "checkpoints.list", get_list, methods=["GET"])
-    app.add_url_rule(f"{base}/<u53:w>/<name>", "checkpoints.file", get_file, methods=["GET"])
-    app.add_url_rule(
-        f"{base}/<u53:w>/objects/<sha256>", "checkpoints.object", get_object, methods=["GET"]
+    add_route(
+        app,
+        base,
+        "checkpoints.list",
+        get_list,
+        "GET",
+        Doc(summary="the run's published checkpoints", answers={200: UNTYPED}),
+    )
+    add_route(
+        app,
+        f"{base}/<u53:w>/<name>",
+        "checkpoints.file",
+        get_file,
+        "GET",
+        Doc(
+            summary="a file of round w's checkpoint (its manifest and lineage are JSON)",
+            answers={200: (Media(OCTETS), Media(JSON_CONTENT_TYPE))},
+        ),
+    )
+    add_route(
+        app,
+        f"{base}/<u53:w>/objects/<sha256>",
+        "checkpoints.object",
+        get_object,
+        "GET",
+        Doc(
+            summary="an object a replay of round w's checkpoint reads",
+            path={"sha256": pattern(HEX64_RE)},
+            answers={200: Media(OCTETS)},
+        ),
     )

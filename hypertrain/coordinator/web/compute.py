@@ -93,10 +93,21 @@ from hypertrain.compute.wire import (
     BODY_LIMIT,
     LEASE_HEADER,
     BenchmarkRequest,
+    DisabledAnswer,
+    ErrorAnswer,
+    LeaseAnswer,
+    LeaseRequest,
+    RegisterAnswer,
     RegisterRequest,
+    ResultCounted,
+    ResultJudged,
+    ResultPost,
+    ResultStatus,
+    Standing,
 )
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.flows.compute import (
+    BenchmarkQueued,
     benchmark_target,
     input_of,
     job_view,
@@ -111,6 +122,16 @@ from hypertrain.coordinator.web.http import (
     read_body,
 )
 from hypertrain.coordinator.web.leasepath import LEASE_PATH, serve_lease_path
+from hypertrain.coordinator.web.routedoc import (
+    OCTETS,
+    UNTYPED,
+    Doc,
+    Media,
+    Param,
+    add_route,
+    errors,
+)
+from hypertrain.coordinator.web.runs import PAGE_PARAMS
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import AuthError, Conflict, Malformed
 from hypertrain.protocol.jcs import parse_json
@@ -230,7 +251,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 settings=hub.settings,
             )
         )
-        return json_response({"job": job_id, "run_id": run_id, "w": w})
+        return json_response(unstructure(BenchmarkQueued(job_id, run_id, w)))
 
     async def get_job_view(job_id: str) -> Response:
         return json_response(await ctx.db.read(job_view, job_id))
@@ -258,26 +279,131 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     async def get_page() -> Response:
         return Response(_page(), content_type="text/html; charset=utf-8")
 
-    app.add_url_rule("/v1/compute/register", "compute.register", post_register, methods=["POST"])
+    node_refusals = errors(403, 409)
+    add_route(
+        app,
+        "/v1/compute/register",
+        "compute.register",
+        post_register,
+        "POST",
+        Doc(
+            summary="mint a node key (none sent) or attach one",
+            body=RegisterRequest,
+            answers={200: RegisterAnswer},
+            errors=errors(401, 409),
+        ),
+    )
     app.asgi_app = serve_lease_path(  # type: ignore[method-assign,assignment]
         app.asgi_app, ctx, metrics=parts.metrics
     )
-    app.add_url_rule(LEASE_PATH, "compute.lease", served_in_front, methods=["POST"])
-    app.add_url_rule(
-        "/v1/compute/jobs/<copy_id>/inputs/<name>", "compute.input", get_input, methods=["GET"]
+    add_route(
+        app,
+        LEASE_PATH,
+        "compute.lease",
+        served_in_front,
+        "POST",
+        Doc(
+            summary="long poll for one copy to compute (served in front of the app)",
+            auth="node",
+            body=LeaseRequest,
+            answers={200: LeaseAnswer, 403: DisabledAnswer},
+            errors=errors(503),
+        ),
     )
-    app.add_url_rule(
-        "/v1/compute/jobs/<copy_id>/result", "compute.result", served_in_front, methods=["POST"]
+    add_route(
+        app,
+        "/v1/compute/jobs/<copy_id>/inputs/<name>",
+        "compute.input",
+        get_input,
+        "GET",
+        Doc(
+            summary="one input file of a leased copy",
+            auth="node",
+            params=(Param(name=LEASE_HEADER, where="header", required=True),),
+            answers={200: Media(OCTETS)},
+            errors=node_refusals,
+        ),
     )
-    app.add_url_rule("/v1/compute/status", "compute.status", get_status, methods=["GET"])
-    app.add_url_rule(
-        "/v1/compute/leaderboard", "compute.leaderboard", get_leaderboard, methods=["GET"]
+    add_route(
+        app,
+        "/v1/compute/jobs/<copy_id>/result",
+        "compute.result",
+        served_in_front,
+        "POST",
+        Doc(
+            summary="a copy's answer, and maybe the next lease (served in front of the app)",
+            auth="node",
+            body=ResultPost,
+            answers={200: ResultStatus | ResultJudged | ResultCounted, 410: ErrorAnswer},
+            errors=node_refusals,
+        ),
     )
-    app.add_url_rule(
-        "/v1/compute/leaderboard/<node_id>", "compute.standing", get_standing, methods=["GET"]
+    add_route(
+        app,
+        "/v1/compute/status",
+        "compute.status",
+        get_status,
+        "GET",
+        Doc(
+            summary="the online nodes, one page at a time",
+            params=(
+                Param(name="limit", schema=int_in(1, PAGE_MAX).schema),
+                Param(name="after", schema={"type": "string", "minLength": 1, "maxLength": 64}),
+            ),
+            answers={200: UNTYPED},
+        ),
     )
-    app.add_url_rule("/v1/compute/steps/<job_id>", "compute.step", get_job_view, methods=["GET"])
-    app.add_url_rule(
-        "/v1/admin/compute/benchmark", "compute.benchmark", post_benchmark, methods=["POST"]
+    add_route(
+        app,
+        "/v1/compute/leaderboard",
+        "compute.leaderboard",
+        get_leaderboard,
+        "GET",
+        Doc(
+            summary="the nodes by compute credits, one page",
+            params=PAGE_PARAMS,
+            answers={200: UNTYPED},
+        ),
     )
-    app.add_url_rule("/compute", "compute.page", get_page, methods=["GET"])
+    add_route(
+        app,
+        "/v1/compute/leaderboard/<node_id>",
+        "compute.standing",
+        get_standing,
+        "GET",
+        Doc(
+            summary="one node's leaderboard row and rank",
+            answers={200: Standing},
+            errors=errors(404),
+        ),
+    )
+    add_route(
+        app,
+        "/v1/compute/steps/<job_id>",
+        "compute.step",
+        get_job_view,
+        "GET",
+        Doc(summary="one scoring step's state and result", answers={200: UNTYPED}),
+    )
+    add_route(
+        app,
+        "/v1/admin/compute/benchmark",
+        "compute.benchmark",
+        post_benchmark,
+        "POST",
+        Doc(
+            summary="measure the nodes' hardware on a run's newest round",
+            auth="admin",
+            body=BenchmarkRequest,
+            answers={200: BenchmarkQueued},
+            errors=errors(404, 409),
+        ),
+    )
+    add_route(
+        app,
+        "/compute",
+        "compute.page",
+        get_page,
+        "GET",
+        Doc(summary="the compute network's live view", answers={200: Media("text/html")}),
+    )

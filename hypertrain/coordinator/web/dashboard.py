@@ -33,6 +33,8 @@ from hypertrain.coordinator.flows.dashboard import run_board
 from hypertrain.coordinator.flows.pages import Page, page_of
 from hypertrain.coordinator.flows.runview import runs_list
 from hypertrain.coordinator.web.dashpages import error_page, run_page, runs_page
+from hypertrain.coordinator.web.routedoc import Doc, Media, add_route, errors
+from hypertrain.coordinator.web.runs import PAGE_PARAMS
 from hypertrain.ledger import HotkeyAccount
 from hypertrain.protocol.errors import Malformed, ProtocolError
 
@@ -79,7 +81,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
 
     async def index() -> Response:
         runs = await ctx.db.read(runs_list)
-        return _html(runs_page(runs["runs"], now_round=ctx.beacon.latest, period_ms=period_ms))
+        return _html(runs_page(runs.runs, now_round=ctx.beacon.latest, period_ms=period_ms))
 
     async def run(run_id: str) -> Response:
         try:
@@ -95,5 +97,18 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         miners = [str(m["hotkey"]) for m in (board.newest or {}).get("miners") or []]
         return _html(run_page(board, balances(miners), period_ms=period_ms))
 
-    app.add_url_rule("/", "dashboard.index", index, methods=["GET"])
-    app.add_url_rule("/runs/<run_id>", "dashboard.run", run, methods=["GET"])
+    html = {200: Media("text/html")}
+    add_route(app, "/", "dashboard.index", index, "GET", Doc(summary="the runs", answers=html))
+    add_route(
+        app,
+        "/runs/<run_id>",
+        "dashboard.run",
+        run,
+        "GET",
+        Doc(
+            summary="one run's dashboard (HTML; a 4xx is JSON unless the client prefers HTML)",
+            params=PAGE_PARAMS,
+            answers=html,
+            errors=errors(404),
+        ),
+    )

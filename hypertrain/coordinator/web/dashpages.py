@@ -21,6 +21,7 @@ from typing import Any, Final
 from urllib.parse import quote
 
 from hypertrain.coordinator.flows.dashboard import SETTLED_HOW, RoundLine, RunBoard
+from hypertrain.coordinator.flows.runview import RunListed
 from hypertrain.coordinator.web.livescript import LIVE_SCRIPT
 from hypertrain.coordinator.web.lossplot import loss_chart
 from hypertrain.ledger import HotkeyAccount
@@ -109,12 +110,12 @@ def _document(title: str, body: str, *, kinds: str, run: str = "", period_ms: in
     )
 
 
-def runs_page(runs: Sequence[Mapping[str, Any]], *, now_round: int, period_ms: int) -> str:
-    """``GET /``: ``runs`` are :func:`~hypertrain.coordinator.flows.runview.runs_list` items."""
+def runs_page(runs: Sequence[RunListed], *, now_round: int, period_ms: int) -> str:
+    """``GET /``: ``runs`` are :func:`~hypertrain.coordinator.flows.runview.runs_list`'s."""
     rows = [
         _row(
-            f'<a href="{_run_href(r["run_id"])}"><code>{esc(r["run_id"])}</code></a>',
-            esc(r["status"]),
+            f'<a href="{_run_href(r.run_id)}"><code>{esc(r.run_id)}</code></a>',
+            esc(r.status),
             num_from=9,
         )
         for r in runs

@@ -18,7 +18,9 @@ from quart_trio import QuartTrio
 
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.flows.datasets import (
+    DatasetRegistered,
     DatasetRequest,
+    DatasetView,
     check_dataset_manifest,
     dataset_sha,
     dataset_target,
@@ -27,8 +29,9 @@ from hypertrain.coordinator.flows.datasets import (
 )
 from hypertrain.coordinator.web.auth import require_admin
 from hypertrain.coordinator.web.http import json_response, read_json
+from hypertrain.coordinator.web.routedoc import Doc, add_route, errors
 from hypertrain.datasets.manifest import DatasetManifest
-from hypertrain.protocol.converter import structure
+from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import Conflict
 
 if TYPE_CHECKING:
@@ -49,16 +52,35 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         record = check_dataset_manifest(await ctx.objects.get(sha), spec, ctx.objects.exists)
         if not registered:
             await ctx.db.write(register_dataset, run_id, sha, int(ctx.wall.now()))
-        return json_response(
-            {"run_id": run_id, "manifest_sha256": sha, "n_shards": record.n_shards}
+        registered_as = DatasetRegistered(
+            run_id=run_id, manifest_sha256=sha, n_shards=record.n_shards
         )
+        return json_response(unstructure(registered_as))
 
     async def get_dataset(run_id: str) -> Response:
         sha = await ctx.db.read(dataset_sha, run_id)
         record = structure(DatasetManifest, json.loads(await ctx.objects.get(sha)))
-        return json_response(dataset_view(run_id, sha, record))
+        return json_response(unstructure(dataset_view(run_id, sha, record)))
 
-    app.add_url_rule(
-        "/v1/admin/runs/<run_id>/dataset", "datasets.put", put_dataset, methods=["PUT"]
+    add_route(
+        app,
+        "/v1/admin/runs/<run_id>/dataset",
+        "datasets.put",
+        put_dataset,
+        "PUT",
+        Doc(
+            summary="register the run's dataset manifest (stored first as an object)",
+            auth="admin",
+            body=DatasetRequest,
+            answers={200: DatasetRegistered},
+            errors=errors(409, 422),
+        ),
     )
-    app.add_url_rule("/v1/runs/<run_id>/dataset", "datasets.get", get_dataset, methods=["GET"])
+    add_route(
+        app,
+        "/v1/runs/<run_id>/dataset",
+        "datasets.get",
+        get_dataset,
+        "GET",
+        Doc(summary="the run's registered dataset", answers={200: DatasetView}),
+    )

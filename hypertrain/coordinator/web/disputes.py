@@ -37,8 +37,11 @@ from hypertrain.coordinator.flows.disputes import (
 from hypertrain.coordinator.flows.miner import signer_of
 from hypertrain.coordinator.web.auth import require_worker
 from hypertrain.coordinator.web.http import json_response, read_json
+from hypertrain.coordinator.web.routedoc import UNTYPED, Doc, Param, add_route, errors
+from hypertrain.protocol.envelope import Envelope
 from hypertrain.protocol.errors import Malformed
-from hypertrain.protocol.validators import hex64, is_ss58_address
+from hypertrain.protocol.ss58 import SS58_RE
+from hypertrain.protocol.validators import HEX64_RE, hex64, is_ss58_address, pattern
 
 if TYPE_CHECKING:
     from hypertrain.coordinator.web.app import AppParts
@@ -97,12 +100,68 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         return json_response(await ctx.db.read(get_dispute_view, run_id, dispute_id))
 
     runs = "/v1/runs/<run_id>"
-    rules: list[tuple[str, str, Callable[..., Awaitable[Response]], str]] = [
-        (f"{runs}/dispute", "dispute", dispute, "POST"),
-        (f"{runs}/bisect", "bisect", bisect, "POST"),
-        (f"{runs}/resolution", "resolution", resolution, "POST"),
-        (f"{runs}/disputes", "list", listing, "GET"),
-        (f"{runs}/disputes/<dispute_id>", "one", one, "GET"),
+    refusals = errors(401, 403, 409, 422)
+    filters = (
+        Param(name="state", schema={"enum": sorted(_STATES)}),
+        Param(name="party", schema=pattern(SS58_RE)),
+        Param(name="referee", schema={"enum": sorted(_FLAGS)}),
+    )
+    rules: list[tuple[str, str, Callable[..., Awaitable[Response]], str, Doc]] = [
+        (
+            f"{runs}/dispute",
+            "dispute",
+            dispute,
+            "POST",
+            Doc(
+                summary="dispute a verdict (Dispute envelope)",
+                body=Envelope,
+                answers={200: UNTYPED},
+                errors=errors(401, 403, 409, 422, 503),
+            ),
+        ),
+        (
+            f"{runs}/bisect",
+            "bisect",
+            bisect,
+            "POST",
+            Doc(
+                summary="a party's bisection step (Bisect envelope)",
+                body=Envelope,
+                answers={200: UNTYPED},
+                errors=refusals,
+            ),
+        ),
+        (
+            f"{runs}/resolution",
+            "resolution",
+            resolution,
+            "POST",
+            Doc(
+                summary="the referee's Resolution envelope",
+                auth="worker",
+                body=Envelope,
+                answers={200: UNTYPED},
+                errors=refusals,
+            ),
+        ),
+        (
+            f"{runs}/disputes",
+            "list",
+            listing,
+            "GET",
+            Doc(summary="a run's disputes", params=filters, answers={200: UNTYPED}),
+        ),
+        (
+            f"{runs}/disputes/<dispute_id>",
+            "one",
+            one,
+            "GET",
+            Doc(
+                summary="one dispute",
+                path={"dispute_id": pattern(HEX64_RE)},
+                answers={200: UNTYPED},
+            ),
+        ),
     ]
-    for rule, name, view, method in rules:
-        app.add_url_rule(rule, f"disputes.{name}", view, methods=[method])
+    for rule, name, view, method, doc in rules:
+        add_route(app, rule, f"disputes.{name}", view, method, doc)

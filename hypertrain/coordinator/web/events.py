@@ -20,6 +20,7 @@ from quart_trio import QuartTrio
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.events import HubEvent, Subscription
 from hypertrain.coordinator.web.http import stopping_response
+from hypertrain.coordinator.web.routedoc import Doc, Media, Param, add_route, errors
 from hypertrain.protocol.errors import Malformed
 
 if TYPE_CHECKING:
@@ -94,4 +95,16 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         response.timeout = None
         return response
 
-    app.add_url_rule("/v1/events", "events.stream", events, methods=["GET"])
+    add_route(
+        app,
+        "/v1/events",
+        "events.stream",
+        events,
+        "GET",
+        Doc(
+            summary="server-sent events (run, round_state, audit, dispute, compute ...)",
+            params=(Param(name="kinds", description=f"1..{MAX_KINDS} comma-separated kinds"),),
+            answers={200: Media("text/event-stream")},
+            errors=errors(503),
+        ),
+    )

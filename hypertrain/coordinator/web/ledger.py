@@ -30,8 +30,9 @@ from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.tables.runs import get_run
 from hypertrain.coordinator.web.auth import require_admin, require_internal
 from hypertrain.coordinator.web.http import json_response, read_json
+from hypertrain.coordinator.web.routedoc import UNTYPED, Doc, Param, add_route, errors
 from hypertrain.ledger import LedgerRefused
-from hypertrain.protocol.converter import structure
+from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import Conflict, Malformed, NotConfigured
 from hypertrain.protocol.validators import int_param, pos_int, ss58, u_int
 
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WEIGHTS_ROUTE", "ClawbackRequest", "int_arg", "register"]
+__all__ = ["WEIGHTS_ROUTE", "ClawbackAnswer", "ClawbackRequest", "int_arg", "register"]
 
 WEIGHTS_ROUTE: Final = "/internal/v1/get_weights"
 FUTURE_EPOCHS: Final = 1
@@ -56,6 +57,17 @@ class ClawbackRequest:
 
     hotkey: str = field(validator=ss58)
     units: int = field(validator=pos_int)
+
+
+@frozen(kw_only=True)
+class ClawbackAnswer:
+    """The clawback's split: ``burned`` from the miner's pending units, the rest ``debt``."""
+
+    run_id: str
+    hotkey: str = field(validator=ss58)
+    units: int = field(validator=pos_int)
+    burned: int = field(validator=u_int)
+    debt: int = field(validator=u_int)
 
 
 def int_arg(name: str) -> int | None:
@@ -120,17 +132,43 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             split.burned,
             split.debt,
         )
-        return json_response(
-            {
-                "run_id": run_id,
-                "hotkey": wanted.hotkey,
-                "units": wanted.units,
-                "burned": split.burned,
-                "debt": split.debt,
-            }
+        answer = ClawbackAnswer(
+            run_id=run_id,
+            hotkey=wanted.hotkey,
+            units=wanted.units,
+            burned=split.burned,
+            debt=split.debt,
         )
+        return json_response(unstructure(answer))
 
-    app.add_url_rule(WEIGHTS_ROUTE, "ledger.get_weights", get_weights, methods=["GET"])
-    app.add_url_rule(
-        "/v1/admin/runs/<run_id>/clawback", "ledger.clawback", post_clawback, methods=["POST"]
+    add_route(
+        app,
+        WEIGHTS_ROUTE,
+        "ledger.get_weights",
+        get_weights,
+        "GET",
+        Doc(
+            summary="the canonical weights answer of an epoch (spec 8)",
+            auth="internal",
+            params=(
+                Param(name="epoch", schema=u_int.schema, required=True),
+                Param(name="epoch_at", schema=u_int.schema),
+            ),
+            answers={200: UNTYPED},
+            errors=errors(409),
+        ),
+    )
+    add_route(
+        app,
+        "/v1/admin/runs/<run_id>/clawback",
+        "ledger.clawback",
+        post_clawback,
+        "POST",
+        Doc(
+            summary="claw units back from a miner (burned, the rest as debt)",
+            auth="admin",
+            body=ClawbackRequest,
+            answers={200: ClawbackAnswer},
+            errors=errors(409),
+        ),
     )

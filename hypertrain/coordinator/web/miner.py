@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from quart import Response
 from quart_trio import QuartTrio
@@ -47,6 +47,16 @@ from hypertrain.coordinator.flows.miner import (
     post_leaves,
     signer_of,
 )
+from hypertrain.coordinator.flows.replies import (
+    Accepted,
+    CommitRefused,
+    Committed,
+    LeavesTaken,
+    Reran,
+    StateStored,
+    Uploaded,
+    UploadGrant,
+)
 from hypertrain.coordinator.flows.rerun import RerunRequest, post_rerun
 from hypertrain.coordinator.flows.serves import (
     blob_facts,
@@ -57,9 +67,10 @@ from hypertrain.coordinator.flows.serves import (
     state_blob_size,
 )
 from hypertrain.coordinator.web.http import json_response, read_json
-from hypertrain.protocol.converter import structure
-from hypertrain.protocol.envelope import verify
-from hypertrain.protocol.errors import ContractMismatch
+from hypertrain.coordinator.web.routedoc import UNTYPED, Doc, add_route, errors
+from hypertrain.protocol.converter import structure, unstructure
+from hypertrain.protocol.envelope import Envelope, verify
+from hypertrain.protocol.errors import ContractMismatch, ErrorBody
 
 if TYPE_CHECKING:
     from hypertrain.coordinator.web.app import AppParts
@@ -73,7 +84,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     async def accept(run_id: str) -> Response:
         raw = await read_json(ctx)
         await ctx.metagraph.check(signer_of(raw))
-        return json_response(await ctx.db.write(post_accept, raw, run_id))
+        return json_response(unstructure(await ctx.db.write(post_accept, raw, run_id)))
 
     async def commit(run_id: str) -> Response:
         raw = await read_json(ctx)
@@ -82,31 +93,32 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         try:
             answer = await ctx.db.write(post_commit, raw, run_id, coord)
         except DuplicateCommit as e:
-            return json_response({"detail": e.detail, "receipt": e.receipt}, e.status)
-        return json_response(answer)
+            refused = CommitRefused(e.detail, structure(Envelope, e.receipt))
+            return json_response(unstructure(refused), e.status)
+        return json_response(unstructure(answer))
 
     async def leaves(run_id: str) -> Response:
         req = structure(LeavesRequest, await read_json(ctx))
         await ctx.metagraph.check(req.hotkey)
-        return json_response(await ctx.db.write(post_leaves, run_id, req))
+        return json_response(unstructure(await ctx.db.write(post_leaves, run_id, req)))
 
     async def uploads(run_id: str) -> Response:
         req = structure(UploadRequest, await read_json(ctx))
         await ctx.metagraph.check(req.hotkey)
         grant_id = secrets.token_hex(16)
         if req.challenge_hash is not None:
-            return json_response(
-                await ctx.db.write(
-                    grant_state_upload,
-                    run_id,
-                    req.w,
-                    req.hotkey,
-                    req.sha256,
-                    req.challenge_hash,
-                    grant_id,
-                )
+            grant = await ctx.db.write(
+                grant_state_upload,
+                run_id,
+                req.w,
+                req.hotkey,
+                req.sha256,
+                req.challenge_hash,
+                grant_id,
             )
-        return json_response(await ctx.db.write(grant_upload, run_id, req, grant_id))
+        else:
+            grant = await ctx.db.write(grant_upload, run_id, req, grant_id)
+        return json_response(unstructure(grant))
 
     async def state(run_id: str) -> Response:
         raw = await read_json(ctx)
@@ -120,31 +132,88 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             raise ContractMismatch(f"object {sha} is not a state blob of this run's model")
         blob = await ctx.objects.get(sha)
         facts = await parts.run_sync(blob_facts, blob, sha, manifest)
-        return json_response(await ctx.db.write(record_serve, raw, run_id, facts))
+        return json_response(unstructure(await ctx.db.write(record_serve, raw, run_id, facts)))
 
     async def delta(run_id: str) -> Response:
         raw = await read_json(ctx)
         await ctx.metagraph.check(signer_of(raw))
-        return json_response(await ctx.db.write(post_delta, raw, run_id, ctx.objects.exists))
+        answer = await ctx.db.write(post_delta, raw, run_id, ctx.objects.exists)
+        return json_response(unstructure(answer))
 
     async def rerun(run_id: str) -> Response:
         req = structure(RerunRequest, await read_json(ctx))
         await ctx.metagraph.check(req.hotkey)
         clock = EpochClock.of(ctx.settings, ctx.chain)
-        answer = await ctx.db.write(post_rerun, run_id, req, ctx.chain, clock)
+        answer = unstructure(await ctx.db.write(post_rerun, run_id, req, ctx.chain, clock))
         event = {"run_id": run_id, **answer, "target": req.hotkey, "change": "rerun"}
         ctx.events.publish("audit", event)
         return json_response(answer)
 
     runs = "/v1/runs/<run_id>"
-    rules: list[tuple[str, str, Callable[..., Awaitable[Response]]]] = [
-        (f"{runs}/accept", "accept", accept),
-        (f"{runs}/commit", "commit", commit),
-        (f"{runs}/leaves", "leaves", leaves),
-        (f"{runs}/uploads", "uploads", uploads),
-        (f"{runs}/delta", "delta", delta),
-        (f"{runs}/state", "state", state),
-        (f"{runs}/rerun", "rerun", rerun),
+    refusals = errors(401, 403, 409, 422, 503)
+
+    def signed(summary: str, answer: object = UNTYPED, **more: Any) -> Doc:
+        return Doc(summary=summary, body=Envelope, answers={200: answer}, errors=refusals, **more)
+
+    rules: list[tuple[str, str, Callable[..., Awaitable[Response]], Doc]] = [
+        (
+            f"{runs}/accept",
+            "accept",
+            accept,
+            signed("accept the assignment (Accept)", Accepted),
+        ),
+        (
+            f"{runs}/commit",
+            "commit",
+            commit,
+            Doc(
+                summary="commit to a delta (Commit); the answer holds the Receipt",
+                body=Envelope,
+                answers={200: Committed},
+                errors={**refusals, 409: ErrorBody | CommitRefused},
+                description="A Commit re-posted byte for byte answers 409 with its receipt.",
+            ),
+        ),
+        (
+            f"{runs}/leaves",
+            "leaves",
+            leaves,
+            Doc(
+                summary="the leaf preimages of the committed root",
+                body=LeavesRequest,
+                answers={200: LeavesTaken},
+                errors=refusals,
+            ),
+        ),
+        (
+            f"{runs}/uploads",
+            "uploads",
+            uploads,
+            Doc(
+                summary="a grant to upload the delta (or a state blob)",
+                body=UploadRequest,
+                answers={200: UploadGrant},
+                errors=refusals,
+            ),
+        ),
+        (f"{runs}/delta", "delta", delta, signed("the uploaded delta's DeltaManifest", Uploaded)),
+        (
+            f"{runs}/state",
+            "state",
+            state,
+            signed("a challenged state (StateServe)", StateStored),
+        ),
+        (
+            f"{runs}/rerun",
+            "rerun",
+            rerun,
+            Doc(
+                summary="ask for a rerun after a MISMATCH (signed rerun message)",
+                body=RerunRequest,
+                answers={200: Reran},
+                errors=refusals,
+            ),
+        ),
     ]
-    for rule, name, view in rules:
-        app.add_url_rule(rule, f"miner.{name}", view, methods=["POST"])
+    for rule, name, view, doc in rules:
+        add_route(app, rule, f"miner.{name}", view, "POST", doc)

@@ -48,6 +48,7 @@ from quart_trio.wrappers import TrioRequest
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.flows.miner import MAX_UPLOAD_BYTES, upload_grant
 from hypertrain.coordinator.flows.startstate import (
+    StatePublished,
     StateRequest,
     check_state_blob,
     publish_state,
@@ -57,7 +58,8 @@ from hypertrain.coordinator.tables.miners import is_active_member
 from hypertrain.coordinator.tables.private import is_private
 from hypertrain.coordinator.web.auth import require_admin, require_worker
 from hypertrain.coordinator.web.http import json_response, object_response, read_json
-from hypertrain.protocol.converter import structure
+from hypertrain.coordinator.web.routedoc import OCTETS, Doc, Media, add_route, errors
+from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import (
     AuthError,
     Conflict,
@@ -69,7 +71,9 @@ from hypertrain.protocol.errors import (
     UnauthorizedSigner,
 )
 from hypertrain.protocol.object_auth import has_signed_headers, verify_headers
+from hypertrain.protocol.validators import HEX64_RE, pattern
 from hypertrain.store.catalog import record_object
+from hypertrain.store.keys import ObjectInfo
 from hypertrain.store.objects import check_key
 
 if TYPE_CHECKING:
@@ -147,13 +151,13 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                     f"object is longer than the committed delta_bytes {grant.size}"
                 ) from None
             await ctx.db.write(record_object, info, int(ctx.wall.now()))
-        return json_response({"sha256": grant.sha256, "size": grant.size})
+        return json_response(unstructure(ObjectInfo(grant.sha256, grant.size)))
 
     async def put_admin_object(sha256: str) -> Response:
         check_key(sha256)
         require_admin(ctx)
         if ctx.objects.exists(sha256):
-            return json_response({"sha256": sha256, "size": ctx.objects.size_of(sha256)})
+            return json_response(unstructure(ObjectInfo(sha256, ctx.objects.size_of(sha256))))
         try:
             with trio.fail_after(UPLOAD_TIMEOUT):
                 info = await ctx.objects.put_stream(
@@ -162,7 +166,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         except trio.TooSlowError:
             raise Malformed(f"upload not received within {UPLOAD_TIMEOUT:g} s") from None
         await ctx.db.write(record_object, info, int(ctx.wall.now()))
-        return json_response({"sha256": info.sha256, "size": info.size})
+        return json_response(unstructure(info))
 
     async def put_state(run_id: str, w: int) -> Response:
         require_admin(ctx)
@@ -174,23 +178,64 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                     raise Conflict(f"{what} object {sha} is not in the object store")
             check_state_blob(await ctx.objects.get(wanted.theta_start_sha256), theta_hash)
             await ctx.db.write(publish_state, run_id, w, wanted.row)
-        return json_response(
-            {
-                "run_id": run_id,
-                "w": w,
-                "theta_start_sha256": wanted.theta_start_sha256,
-                "v0_sha256": wanted.v0_sha256,
-            }
-        )
+        answer = StatePublished(run_id, w, wanted.theta_start_sha256, wanted.v0_sha256)
+        return json_response(unstructure(answer))
 
-    app.add_url_rule("/v1/objects/<sha256>", "objects.get", get_object, methods=["GET"])
-    app.add_url_rule(f"{UPLOAD_PREFIX}<grant_id>", "objects.upload", put_upload, methods=["PUT"])
-    app.add_url_rule(
-        f"{ADMIN_UPLOAD_PREFIX}<sha256>", "objects.admin_put", put_admin_object, methods=["PUT"]
+    sha = {"sha256": pattern(HEX64_RE)}
+    add_route(
+        app,
+        "/v1/objects/<sha256>",
+        "objects.get",
+        get_object,
+        "GET",
+        Doc(
+            summary="a stored object's bytes",
+            auth="worker",
+            path=sha,
+            answers={200: Media(OCTETS)},
+            errors=errors(403, 503),
+            description="The worker or admin token, or a rostered miner's signed headers.",
+        ),
     )
-    app.add_url_rule(
+    add_route(
+        app,
+        f"{UPLOAD_PREFIX}<grant_id>",
+        "objects.upload",
+        put_upload,
+        "PUT",
+        Doc(
+            summary="upload a granted object (the grant's URL is the credential)",
+            body=Media(OCTETS),
+            answers={200: ObjectInfo},
+            errors=errors(422),
+        ),
+    )
+    add_route(
+        app,
+        f"{ADMIN_UPLOAD_PREFIX}<sha256>",
+        "objects.admin_put",
+        put_admin_object,
+        "PUT",
+        Doc(
+            summary="store an object under its sha256",
+            auth="admin",
+            path=sha,
+            body=Media(OCTETS),
+            answers={200: ObjectInfo},
+            errors=errors(422),
+        ),
+    )
+    add_route(
+        app,
         "/v1/aggregator/runs/<run_id>/rounds/<u53:w>/state",
         "objects.state",
         put_state,
-        methods=["PUT"],
+        "PUT",
+        Doc(
+            summary="publish a round's start state (write-once)",
+            auth="admin",
+            body=StateRequest,
+            answers={200: StatePublished},
+            errors=errors(409, 422),
+        ),
     )

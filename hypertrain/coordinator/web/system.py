@@ -24,9 +24,10 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from hypertrain.coordinator.context import Coordinator
-from hypertrain.coordinator.flows.system import touch_health
+from hypertrain.coordinator.flows.system import Healthy, Unhealthy, VersionAnswer, touch_health
 from hypertrain.coordinator.tokens import TokenKind
 from hypertrain.coordinator.web.http import json_response
+from hypertrain.coordinator.web.routedoc import Doc, add_route
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import NotConfigured
 
@@ -66,12 +67,11 @@ async def health_reasons(ctx: Coordinator) -> list[str]:
 
 def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     """Add ``/version`` and ``/health`` to ``app``."""
-    version_body = {
-        "slug": ctx.settings.slug,
-        "version": VERSION,
-        "contract": CONTRACT,
-        "capabilities": list(CAPABILITIES),
-    }
+    version_body = unstructure(
+        VersionAnswer(
+            slug=ctx.settings.slug, version=VERSION, contract=CONTRACT, capabilities=CAPABILITIES
+        )
+    )
 
     async def version() -> Response:
         return json_response(version_body)
@@ -79,9 +79,26 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     async def health() -> Response:
         reasons = await health_reasons(ctx)
         if reasons:
-            return json_response({"detail": "; ".join(reasons), "reasons": reasons}, 503)
+            return json_response(unstructure(Unhealthy("; ".join(reasons), tuple(reasons))), 503)
         assert ctx.ledger is not None
-        return json_response({"ok": True, "ledger": unstructure(ctx.ledger.ledger.statistics())})
+        return json_response(unstructure(Healthy(True, ctx.ledger.ledger.statistics())))
 
-    app.add_url_rule("/version", "system.version", version, methods=["GET"])
-    app.add_url_rule("/health", "system.health", health, methods=["GET"])
+    add_route(
+        app,
+        "/version",
+        "system.version",
+        version,
+        "GET",
+        Doc(
+            summary="the daemon's slug, version, contract and capabilities",
+            answers={200: VersionAnswer},
+        ),
+    )
+    add_route(
+        app,
+        "/health",
+        "system.health",
+        health,
+        "GET",
+        Doc(summary="200 iff healthy (spec 9)", answers={200: Healthy, 503: Unhealthy}),
+    )

@@ -24,6 +24,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from hypertrain.coordinator.context import Coordinator
+from hypertrain.coordinator.flows.replies import HandedBack, LeaseExtended
 from hypertrain.coordinator.flows.worker import (
     CompleteRequest,
     FailRequest,
@@ -35,11 +36,13 @@ from hypertrain.coordinator.flows.worker import (
     heartbeat,
     job_serves,
     lease_job,
+    lease_token,
     stored_job,
 )
 from hypertrain.coordinator.web.auth import require_worker
 from hypertrain.coordinator.web.http import json_response, read_body, read_json
-from hypertrain.protocol.converter import structure
+from hypertrain.coordinator.web.routedoc import UNTYPED, Doc, Param, add_route, errors
+from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import Malformed
 from hypertrain.protocol.jcs import parse_json
 
@@ -78,7 +81,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     async def beat(job_id: str) -> Response:
         require_worker(ctx)
         req = structure(LeaseRequest, await read_json(ctx))
-        return json_response(await ctx.db.write(heartbeat, job_id, req))
+        return json_response(unstructure(await ctx.db.write(heartbeat, job_id, req)))
 
     async def complete(job_id: str) -> Response:
         require_worker(ctx)
@@ -91,18 +94,85 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     async def fail(job_id: str) -> Response:
         require_worker(ctx)
         req = structure(FailRequest, await read_json(ctx))
-        answer, event = await ctx.db.write(fail_job, job_id, req)
+        handed_back, event = await ctx.db.write(fail_job, job_id, req)
         ctx.events.publish("audit", event)
-        return json_response(answer)
+        return json_response(unstructure(handed_back))
 
     jobs = "/v1/worker/jobs/<job_id>"
-    rules: list[tuple[str, str, Callable[..., Awaitable[Response]], str]] = [
-        ("/v1/worker/lease", "lease", lease, "POST"),
-        (jobs, "job", job, "GET"),
-        (f"{jobs}/serves", "serves", serves, "GET"),
-        (f"{jobs}/heartbeat", "heartbeat", beat, "POST"),
-        (f"{jobs}/complete", "complete", complete, "POST"),
-        (f"{jobs}/fail", "fail", fail, "POST"),
+    lease_param = Param(name="lease", schema=lease_token.schema, required=True)
+    rules: list[tuple[str, str, Callable[..., Awaitable[Response]], str, Doc]] = [
+        (
+            "/v1/worker/lease",
+            "lease",
+            lease,
+            "POST",
+            Doc(
+                summary="lease the next audit job (spec 9.1), or 204 when idle",
+                auth="worker",
+                body=LeaseFilter,
+                body_required=False,
+                answers={200: UNTYPED, 204: None},
+            ),
+        ),
+        (
+            jobs,
+            "job",
+            job,
+            "GET",
+            Doc(summary="a job's JSON", auth="worker", answers={200: UNTYPED}),
+        ),
+        (
+            f"{jobs}/serves",
+            "serves",
+            serves,
+            "GET",
+            Doc(
+                summary="the state serves of a leased job",
+                auth="worker",
+                params=(lease_param,),
+                answers={200: UNTYPED},
+                errors=errors(409),
+            ),
+        ),
+        (
+            f"{jobs}/heartbeat",
+            "heartbeat",
+            beat,
+            "POST",
+            Doc(
+                summary="extend a lease",
+                auth="worker",
+                body=LeaseRequest,
+                answers={200: LeaseExtended},
+                errors=errors(409),
+            ),
+        ),
+        (
+            f"{jobs}/complete",
+            "complete",
+            complete,
+            "POST",
+            Doc(
+                summary="hand in a signed ReplayVerdict",
+                auth="worker",
+                body=CompleteRequest,
+                answers={200: UNTYPED},
+                errors=errors(403, 409, 422),
+            ),
+        ),
+        (
+            f"{jobs}/fail",
+            "fail",
+            fail,
+            "POST",
+            Doc(
+                summary="give a job back (requeued or failed)",
+                auth="worker",
+                body=FailRequest,
+                answers={200: HandedBack},
+                errors=errors(409),
+            ),
+        ),
     ]
-    for rule, name, view, method in rules:
-        app.add_url_rule(rule, f"worker.{name}", view, methods=[method])
+    for rule, name, view, method, doc in rules:
+        add_route(app, rule, f"worker.{name}", view, method, doc)
