@@ -70,8 +70,8 @@ from hypertrain.coordinator.web.instrument import (
     coordinator_metrics,
     instrument,
 )
-from hypertrain.coordinator.web.routedoc import Doc, Media, add_route
 from hypertrain.coordinator.web.objects import UploadAwareRequest
+from hypertrain.coordinator.web.routedoc import Doc, Media, add_route
 from nurseries import RunSync, run_inline
 
 __all__ = ["ROUTE_MODULES", "App", "AppParts", "Register", "create_app"]
