@@ -143,7 +143,13 @@ class ComputeHub:
         cls, settings: CoordinatorSettings, events: EventHub, db: Database, wall: WallClock
     ) -> ComputeHub:
         return cls(
-            ComputeSettings(credit=settings.compute_credit, wait_ms=settings.compute_wait_ms),
+            ComputeSettings(
+                credit=settings.compute_credit,
+                wait_ms=settings.compute_wait_ms,
+                pair_min_age_ms=settings.compute_pair_min_age_s * 1000,
+                mint_per_minute=settings.compute_mint_per_minute,
+                probation_answers=settings.compute_probation_answers,
+            ),
             events,
             db=db,
             wall=wall,

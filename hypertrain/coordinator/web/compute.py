@@ -17,7 +17,11 @@ Node keys travel as ``Authorization: Bearer ht_...``: missing, malformed or unkn
 naming the field): the bodies are the classes of :mod:`hypertrain.compute.wire`, which the node
 shares, decoded and encoded by the one converter. Register (:class:`~hypertrain.compute.wire.
 RegisterRequest`) answers the node's public record plus ``key`` only when one was minted (the
-only time a key is ever sent).
+only time a key is ever sent). Keyless minting is limited per source network
+(:mod:`.sources`): over ``HYPERTRAIN_COMPUTE_MINT_PER_MINUTE`` keys in a minute is 429 with
+``Retry-After`` and a detail naming the limit (:mod:`hypertrain.compute.sybils`); a register
+with ``account`` (a node key) mints a key of that key's account
+(:mod:`hypertrain.compute.pairing`).
 
 Lease and result are served as plain ASGI in front of this app (:mod:`.leasepath`, with the
 same answers and bounds; listed here for the URL map). Lease: ``{capabilities, hardware,
@@ -46,7 +50,11 @@ that a cycle is one request: a 200 result is then answered with the lease's answ
 :meth:`~hypertrain.coordinator.computehub.ComputeHub.publish`), which sends them on
 ``/v1/events`` as kind ``compute`` and wakes the waiters they concern.
 
-Status: the online nodes only, one page at a time (:mod:`hypertrain.compute.status`):
+Lease and result requests come from a source network too (:mod:`.sources`), which the
+pairing rules compare (:mod:`hypertrain.compute.pairing`).
+
+Status: the online nodes only (each with its probation and its own and its network's strikes
+today), one page at a time (:mod:`hypertrain.compute.status`):
 ``limit`` 1..:data:`~hypertrain.compute.status.PAGE_MAX` (default
 :data:`~hypertrain.compute.status.PAGE_DEFAULT`), ``after`` the ``next`` of the previous page (at
 most 64 characters); anything else is 400 naming the parameter.
@@ -73,7 +81,6 @@ from hypertrain.compute import (
     Node,
     authenticate,
     enqueue_step,
-    register_node,
     status,
     trace_event,
 )
@@ -89,6 +96,7 @@ from hypertrain.coordinator.flows.compute import (
     benchmark_target,
     input_of,
     job_view,
+    register_for,
 )
 from hypertrain.coordinator.web.auth import request_bearer, require_admin
 from hypertrain.coordinator.web.http import (
@@ -97,6 +105,7 @@ from hypertrain.coordinator.web.http import (
     read_body,
 )
 from hypertrain.coordinator.web.leasepath import LEASE_PATH, serve_lease_path
+from hypertrain.coordinator.web.sources import SourceNetworks
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import AuthError, Conflict, Malformed
 from hypertrain.protocol.jcs import parse_json
@@ -156,20 +165,16 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     async def node_of() -> Node:
         return await ctx.db.write(authenticate, key_of_request(), _now_ms(ctx))
 
+    sources = SourceNetworks.of(ctx.settings)
+
     async def post_register() -> Response:
         req = structure(RegisterRequest, await _json())
-        node, minted, events = await ctx.db.write(
-            partial(
-                register_node,
-                key=req.key,
-                handle=req.handle or None,
-                capabilities=req.capabilities,
-                hardware=req.hardware,
-                now_ms=_now_ms(ctx),
-            )
+        network = sources.of_scope(request.scope, req.key or None)
+        answer, events = await ctx.db.write(
+            partial(register_for, settings=hub.settings), req, network, _now_ms(ctx)
         )
         hub.publish(events)
-        return json_response(unstructure(node.register_answer(minted)))
+        return json_response(unstructure(answer))
 
     async def get_input(copy_id: str, name: str) -> Response:
         node = await node_of()

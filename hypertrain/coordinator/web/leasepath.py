@@ -17,7 +17,8 @@ which still lists both routes: 405 for other methods) with every guarantee of a 
 - early answers are made safe for keep-alive by ``serve_asgi``'s ``guard_unread_bodies``, as
   every answer of the app is (DESIGN.md section 9);
 - ONE write transaction per request (:meth:`~hypertrain.coordinator.computehub.ComputeHub.
-  write`): a lease authenticates and leases together
+  write`), leasing from the request's source network (:mod:`.sources`; a held poll keeps
+  it): a lease authenticates and leases together
   (:func:`~hypertrain.coordinator.flows.compute.lease_for_key`), a result authenticates and
   submits together (:func:`~hypertrain.coordinator.flows.compute.receive_result`); the body
   is parsed once, inside it. A poll that got nothing is held (route doc in :mod:`.compute`):
@@ -81,6 +82,7 @@ from hypertrain.coordinator.web.http import (
     too_large,
     too_slow,
 )
+from hypertrain.coordinator.web.sources import SourceNetworks
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import AuthError, ProtocolError
 from nurseries import ASGIApp, Notified, Stopping, WaitResult
@@ -180,6 +182,7 @@ def serve_lease_path(
 ) -> ASGIApp:
     """``app`` with the lease path served in front of it (module doc)."""
     hub = ctx.compute
+    sources = SourceNetworks.of(ctx.settings)
     known: set[str] = set()
     turns = trio.Semaphore(answers_at_once)  # FIFO: trio's semaphore parks in a ParkingLot
 
@@ -194,11 +197,13 @@ def serve_lease_path(
                 known.clear()
             known.add(digest)
 
-    async def hold(exchange: _Exchange, node: Node, req: LeaseRequest) -> LeaseGrant | None:
+    async def hold(
+        exchange: _Exchange, node: Node, req: LeaseRequest, network: str | None
+    ) -> LeaseGrant | None:
         """The long poll of a node that got nothing (route doc in :mod:`.compute`)."""
         wait_ms = LONG_POLL_MS if req.wait_ms is None else req.wait_ms
         deadline = trio.current_time() + wait_ms / 1000
-        ask = LeaseAsk(node, req.capabilities, req.hardware)
+        ask = LeaseAsk(node, req.capabilities, req.hardware, network)
         hops = 0  # a wake this poll holds for a new copy (ComputeHub: hand it on if unused)
         try:
             while trio.current_time() < deadline:
@@ -227,6 +232,7 @@ def serve_lease_path(
                         hardware=req.hardware,
                         now_ms=now_ms(),
                         settings=hub.settings,
+                        network=network,
                     )
                 )
                 if grant is not None:
@@ -244,14 +250,15 @@ def serve_lease_path(
         key = exchange.node_key(well_formed=True)
         await check_known(key)
         body = await exchange.body(BODY_LIMIT)
+        network = sources.of_scope(exchange.scope, key)
         node, req, outcome, _ = await hub.write(
-            partial(lease_for_key, settings=hub.settings), key, body, now_ms()
+            partial(lease_for_key, settings=hub.settings, network=network), key, body, now_ms()
         )
         if outcome is not None and not isinstance(outcome, LeaseGrant):
             await exchange.answer(403, unstructure(outcome))
             return
         if outcome is None and req.wait_ms != 0:
-            outcome = await hold(exchange, node, req)
+            outcome = await hold(exchange, node, req, network)
             await answer_in_turn(exchange, unstructure(LeaseAnswer(outcome)))
             return
         await exchange.answer(200, unstructure(LeaseAnswer(outcome)))
@@ -271,8 +278,14 @@ def serve_lease_path(
     async def post_result(exchange: _Exchange, copy_id: str) -> None:
         key = exchange.node_key(well_formed=False)  # the rest in the transaction, after the body
         body = await exchange.body(BODY_LIMIT)
+        network = sources.of_scope(exchange.scope, key)
         code, answer, leased, _ = await hub.write(
-            partial(receive_result, settings=hub.settings, lease=not ctx.stopping.is_set()),
+            partial(
+                receive_result,
+                settings=hub.settings,
+                lease=not ctx.stopping.is_set(),
+                network=network,
+            ),
             key,
             copy_id,
             body,
@@ -284,7 +297,7 @@ def serve_lease_path(
             try:
                 if grant is None and req.wait_ms != 0:
                     held = True
-                    grant = await hold(exchange, node, req)  # the result is committed
+                    grant = await hold(exchange, node, req, network)  # the result is committed
                 answer = attrs.evolve(answer, next=LeaseAnswer(grant))
             except _Stopping:
                 pass  # the result's answer without ``next`` (module doc)
