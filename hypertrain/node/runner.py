@@ -6,8 +6,9 @@
   :func:`~hypertrain.node.probe.probe_machine` in a worker thread), choose the key
   (:func:`~hypertrain.node.identity.choose_key`: ``--key`` > node.json for the same origin >
   mint), register, and save node.json (0600) after every successful register. A coordinator
-  that cannot be reached is retried with the loop's backoff (``--once``: exit 1); a refused
-  register (401, 409, 400) is :class:`~hypertrain.node.errors.NodeFatal`.
+  that cannot be reached, or that answers a mint 429 (its network minted its keys for this
+  minute), is retried with the loop's backoff, after the answer's ``Retry-After`` (``--once``:
+  exit 1); a refused register (401, 409, 400) is :class:`~hypertrain.node.errors.NodeFatal`.
 - **Loop**: re-probe once :data:`CAPABILITY_REFRESH` seconds (Trio time) have passed since the
   last probe; lease (a long poll; lease calls start at least ``min_poll_interval`` apart, so a
   server answering ``{"job": null}`` at once cannot make the node spin). A job arrives decoded
@@ -96,6 +97,9 @@ from hypertrain.node.runner_types import (
 from hypertrain.scoring.outcome import ScoreOutcome
 from hypertrain.scoring.registry import REGISTRY, Challenge
 from nurseries import Backoff, WallClock, next_delay
+
+TOO_MANY_MINTS = 429
+"""The register answer of a network that minted its limit of keys this minute."""
 
 __all__ = ["NodeRunner"]
 
@@ -198,7 +202,11 @@ class NodeRunner:
             answer = await self.client.register(
                 key, self.handle, probed.capabilities, probed.hardware
             )
-        except (Unauthorized, Refused) as e:
+        except Refused as e:
+            if e.status == TOO_MANY_MINTS:  # the network minted its keys for this minute
+                raise Unreachable(str(e), retry_after=e.retry_after) from e
+            raise NodeFatal(f"register refused by {self.client.base_url}: {e}") from e
+        except Unauthorized as e:
             raise NodeFatal(f"register refused by {self.client.base_url}: {e}") from e
         minted = answer.key
         key = minted if key is None else key
