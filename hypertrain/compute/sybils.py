@@ -76,16 +76,12 @@ def strikes_today(
 ) -> tuple[dict[str, int], dict[str, int]]:
     """``({node: strikes today}, {network: strikes today})`` of those asked (module doc)."""
     day = utc_day(now_ms)
-    per_node: dict[str, int] = {}
-    for node_id in nodes:
-        (count,) = conn.execute(
-            "SELECT count(*) FROM compute_strikes WHERE node_id = ? AND day = ?", (node_id, day)
-        ).fetchone()
-        per_node[node_id] = int(count)
-    per_network: dict[str, int] = {}
-    for network in networks:
-        (count,) = conn.execute(
-            "SELECT count(*) FROM compute_strikes WHERE network = ? AND day = ?", (network, day)
-        ).fetchone()
-        per_network[network] = int(count)
-    return per_node, per_network
+    return _counted(conn, "node_id", nodes, day), _counted(conn, "network", networks, day)
+
+
+def _counted(
+    conn: sqlite3.Connection, column: str, values: Collection[str], day: str
+) -> dict[str, int]:
+    """Strikes on ``day`` per value of ``column`` (one indexed count each)."""
+    query = f"SELECT count(*) FROM compute_strikes WHERE {column} = ? AND day = ?"
+    return {v: int(conn.execute(query, (v, day)).fetchone()[0]) for v in values}
