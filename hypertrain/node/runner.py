@@ -229,6 +229,12 @@ class NodeRunner:
         self._say(
             f"registered as {handle} (node {node_id}) at {self.client.base_url}; {saved} {path}"
         )
+        if answer.probation:
+            self._say(
+                f"on probation (a node of this network was disabled by its strikes): the next"
+                f" {answer.probation} agreed answers earn nothing, and copies go only beside"
+                " established nodes"
+            )
 
     async def _refresh_probe(self) -> Probed:
         now = trio.current_time()

@@ -54,6 +54,8 @@ class FakeCoordinator:
     lease_failures: list[int | httpx.Response | type[Exception]] = attrs.field(factory=list)
     register_failures: list[httpx.Response] = attrs.field(factory=list)
     """Answers given to the next register calls, before any is taken."""
+    probation: int = 0
+    """The probation each register answer reports."""
     disabled_until_ms: int | None = None
     post_status: int = 200
     next_mode: str = "take"
@@ -180,6 +182,8 @@ class FakeCoordinator:
             "last_seen": 0,
             "node_id": self.keys[key],
         }
+        if self.probation:
+            answer["probation"] = self.probation
         if minted is not None:
             answer["key"] = minted
         return _answer(200, answer)

@@ -335,6 +335,17 @@ async def test_a_mint_refused_429_waits_its_retry_after_then_registers(
     assert any(line.startswith("registered as ") for line in harness.lines)
 
 
+async def test_a_key_on_probation_is_told_so(
+    harness: Harness, autojump_clock: trio.testing.MockClock
+) -> None:
+    harness.fake.probation = 10
+    assert await harness.once() == 0
+    assert (
+        "on probation (a node of this network was disabled by its strikes): the next 10 agreed"
+        " answers earn nothing, and copies go only beside established nodes"
+    ) in harness.lines
+
+
 async def test_a_late_post_is_reported_and_not_fatal(
     harness: Harness, autojump_clock: trio.testing.MockClock
 ) -> None:
