@@ -6,7 +6,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from hypertrain.compute import DEFAULT_SETTINGS, Answer, Node, status
+from hypertrain.compute import DEFAULT_SETTINGS, Answer, LeaseAsk, Node, hand_out, status
 from hypertrain.protocol.errors import AuthError, Malformed, TooManyRequests
 from hypertrain.store import Database
 from tests.compute.support import DAY, FP, LOSS, T0, Book, good
@@ -218,3 +218,19 @@ async def test_keyless_minting_is_limited_per_network(paired: Book) -> None:
     with pytest.raises(TooManyRequests):
         await paired.node(T0 + 60_001, network=NET_A)
     await paired.node(T0 + 60_001, network=NET_A, key=key)  # attaching mints nothing
+
+
+async def test_held_polls_are_handed_copies_by_the_same_rules(paired: Book) -> None:
+    """A new step's two copies, handed to the held polls in the transaction that queued it,
+    skip a poll from the first holder's network for the next one's."""
+    a, _ = await paired.node(OLD, network=NET_A)
+    b, _ = await paired.node(OLD, network=NET_A)
+    c, _ = await paired.node(OLD, network=NET_B)
+    job = await paired.enqueue(T0)
+    asks = [
+        LeaseAsk(n, ["delta-loss"], "cpu", net) for n, net in ((a, NET_A), (b, NET_A), (c, NET_B))
+    ]
+    grants, _events = await paired.db.write(
+        lambda conn: hand_out(conn, asks, 2, now_ms=T0 + 1, settings=paired.settings)
+    )
+    assert [(i, g.job_id) for i, g in grants] == [(0, job), (2, job)]
