@@ -6,9 +6,8 @@
   :func:`~hypertrain.node.probe.probe_machine` in a worker thread), choose the key
   (:func:`~hypertrain.node.identity.choose_key`: ``--key`` > node.json for the same origin >
   mint), register, and save node.json (0600) after every successful register. A coordinator
-  that cannot be reached, or that answers a mint 429 (its network minted its keys for this
-  minute), is retried with the loop's backoff, after the answer's ``Retry-After`` (``--once``:
-  exit 1); a refused register (401, 409, 400) is :class:`~hypertrain.node.errors.NodeFatal`.
+  that cannot be reached, or a mint's 429, is retried with the loop's backoff (``--once``:
+  exit 1); another refused register (401, 409, 400) is :class:`~.errors.NodeFatal`.
 - **Loop**: re-probe once :data:`CAPABILITY_REFRESH` seconds (Trio time) have passed since the
   last probe; lease (a long poll; lease calls start at least ``min_poll_interval`` apart, so a
   server answering ``{"job": null}`` at once cannot make the node spin). A job arrives decoded
@@ -78,6 +77,7 @@ from hypertrain.node.errors import (
     Refused,
     Unauthorized,
     Unreachable,
+    register_refused,
 )
 from hypertrain.node.identity import choose_key, origin_of
 from hypertrain.node.nodefile import NodeRecord, load_record, save_record
@@ -93,13 +93,11 @@ from hypertrain.node.runner_types import (
     Score,
     Turn,
     download_bound,
+    registered_line,
 )
 from hypertrain.scoring.outcome import ScoreOutcome
 from hypertrain.scoring.registry import REGISTRY, Challenge
 from nurseries import Backoff, WallClock, next_delay
-
-TOO_MANY_MINTS = 429
-"""The register answer of a network that minted its limit of keys this minute."""
 
 __all__ = ["NodeRunner"]
 
@@ -202,12 +200,8 @@ class NodeRunner:
             answer = await self.client.register(
                 key, self.handle, probed.capabilities, probed.hardware
             )
-        except Refused as e:
-            if e.status == TOO_MANY_MINTS:  # the network minted its keys for this minute
-                raise Unreachable(str(e), retry_after=e.retry_after) from e
-            raise NodeFatal(f"register refused by {self.client.base_url}: {e}") from e
-        except Unauthorized as e:
-            raise NodeFatal(f"register refused by {self.client.base_url}: {e}") from e
+        except (Unauthorized, Refused) as e:
+            raise register_refused(e, self.client.base_url) from e
         minted = answer.key
         key = minted if key is None else key
         if key is None:
@@ -225,16 +219,7 @@ class NodeRunner:
         path = save_record(self.directory, record)  # NodeFileError: exit 2
         self.client.use_key(record.key)
         self._node_id, self._handle = node_id, handle
-        saved = "new key saved in" if minted is not None else "key saved in"
-        self._say(
-            f"registered as {handle} (node {node_id}) at {self.client.base_url}; {saved} {path}"
-        )
-        if answer.probation:
-            self._say(
-                f"on probation (a node of this network was disabled by its strikes): the next"
-                f" {answer.probation} agreed answers earn nothing, and copies go only beside"
-                " established nodes"
-            )
+        self._say(registered_line(answer, self.client.base_url, minted is not None, path))
 
     async def _refresh_probe(self) -> Probed:
         now = trio.current_time()
