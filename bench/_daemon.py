@@ -69,7 +69,8 @@ def daemon_settings(state: Path, **coordinator: Any) -> tuple[DaemonSettings, st
         internal_token_file=secret_dir / "internal",
         coord_key_file=secret_dir / "coord.key",
         owner_hotkey=OWNER.ss58,
-        **coordinator,
+        # the bench's nodes are all on 127.0.0.1 with new keys: the demo's test mode pairs them
+        **({"compute_networks": "per-key", "compute_pair_min_age_s": 0} | coordinator),
     )
     return DaemonSettings(coordinator=settings, port=0, beacon="local", grace=2.0), token
 

@@ -5,11 +5,14 @@ Pure modules (no clock, no I/O): :mod:`.wire` (every body of the compute routes,
 the node: requests, grants, answers), :mod:`.keys` (node keys, lease tokens, handles),
 :mod:`.answers` (a posted result checked into an :class:`Answer`), :mod:`.rules` (agreement,
 decisions, judging, the UTC day), :mod:`.model` (settings, events, records), :mod:`.draws` (which
-settled steps the beacon draws for a trusted re-score).
+settled steps the beacon draws for a trusted re-score), :mod:`.networks` (the source network of a
+request: /24, /48, trusted proxies), :mod:`.pairing` (who may hold copies of one job together, as
+the lease's SQL condition).
 
 Store functions (each the body of ONE ``db.write``/``db.read`` transaction; each takes the wall
 time ``now_ms`` from its caller and returns the events to publish as ``(kind, payload)``):
-:func:`register_node`, :func:`authenticate` (:mod:`.nodes`); :func:`enqueue_step`,
+:func:`register_node`, :func:`authenticate` (:mod:`.nodes`; minting limited per network and
+probation by :mod:`.sybils`); :func:`enqueue_step`,
 :func:`job_scores`, :func:`jobs_of_subjects`, :func:`pending_fallbacks` (:mod:`.jobs`);
 :func:`lease`, :func:`hand_out`, :func:`return_unsent` (:mod:`.leases`);
 :func:`submit_result` (:mod:`.results`); :func:`expire_due`, :func:`fallback_due`,
@@ -21,7 +24,8 @@ time ``now_ms`` from its caller and returns the events to publish as ``(kind, pa
 (:mod:`.leaderboard`). Tables: ``0008_compute.sql`` (the leaderboard's index: ``0019``),
 ``0020_compute_rescores.sql``.
 
-Life of a step: ``enqueue_step`` -> two queued copies -> ``lease`` (two different nodes) ->
+Life of a step: ``enqueue_step`` -> two queued copies -> ``lease`` (two nodes the pairing
+rules allow together: not one account, not one network, not two young keys) ->
 ``submit_result`` x2 -> agreement (settled, both paid) | split (third copy, majority, minority
 struck) | fallback (``fallback_due``/rules -> the trusted evaluator -> ``settle_trusted``).
 A step settled by agreement may then be drawn by the beacon (``fix_draw_rounds``,

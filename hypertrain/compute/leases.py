@@ -14,14 +14,18 @@ Promises of :func:`lease`:
   is in the registry at the job's version; the challenge's capability (its base id) is in the
   node's list; for a timing challenge the node's hardware equals the challenge's class; and the
   node never held ANY copy of that job (expired, released and answered ones included; the
-  store's unique index on (job, node) enforces it too).
+  store's unique index on (job, node) enforces it too); and the pairing rules allow the node,
+  leasing from ``network``, beside the job's other live or answered copies
+  (:mod:`.pairing`: not its account, not its network, not two unestablished nodes). The
+  copy records the ``network`` it was leased from, and so does the node (its latest).
 - The grant (:class:`~hypertrain.compute.wire.LeaseGrant`) carries a fresh lease token,
   returned only here and stored hashed, and ``deadline_ms = now + kill_after_ms +
   lease_grace_ms``; a result counts up to and including that millisecond. Nothing eligible:
   ``None`` and no event. The ``lease`` event names the job, never the node.
 
 Promises of :func:`hand_out` (copies a transaction just made leasable, handed to held polls in
-that same transaction): the asks (:class:`LeaseAsk`, the held polls' nodes and profiles) are
+that same transaction): the asks (:class:`LeaseAsk`, the held polls' nodes, profiles and
+networks) are
 served in their order (the longest waiting first), each with exactly what :func:`lease` would
 give it now, until ``copies`` grants were made or every ask was tried. An ask that gets nothing
 (or whose node is disabled by now) gets nothing and changes nothing; the other asks of the same
@@ -56,6 +60,7 @@ from hypertrain.compute.nodes import (
     normalise_hardware,
     set_profile,
 )
+from hypertrain.compute.pairing import pairing_clause
 from hypertrain.compute.rows import JOB_COLUMNS, get_copy, get_job, job_from_row
 from hypertrain.compute.wire import LeaseGrant
 from hypertrain.protocol.errors import Forbidden
@@ -83,8 +88,9 @@ def lease(
     hardware: object,
     now_ms: int,
     settings: ComputeSettings = DEFAULT_SETTINGS,
+    network: str | None = None,
 ) -> tuple[LeaseGrant | None, list[Event]]:
-    """Lease one copy to ``node`` (module doc)."""
+    """Lease one copy to ``node``, asking from ``network`` (module doc)."""
     caps = normalise_capabilities(capabilities)
     hw = normalise_hardware(hardware)
     current = get_node(conn, node.node_id)
@@ -94,7 +100,7 @@ def lease(
             f"node disabled after {settings.strikes_per_day} strikes today; re-enabled at"
             f" {iso_ms(until)} ({until} ms)"
         )
-    return _grant(conn, node.node_id, caps, hw, now_ms, settings)
+    return _grant(conn, current, caps, hw, network, now_ms, settings)
 
 
 def lease_read(
@@ -105,23 +111,26 @@ def lease_read(
     hardware: object,
     now_ms: int,
     settings: ComputeSettings = DEFAULT_SETTINGS,
+    network: str | None = None,
 ) -> tuple[LeaseGrant | None, list[Event]]:
     """:func:`lease` for a ``node`` read in this same transaction and found not disabled by
     the caller (it is not read again)."""
     caps = normalise_capabilities(capabilities)
     hw = normalise_hardware(hardware)
-    return _grant(conn, node.node_id, caps, hw, now_ms, settings)
+    return _grant(conn, node, caps, hw, network, now_ms, settings)
 
 
 def _grant(
     conn: sqlite3.Connection,
-    node_id: str,
+    node: Node,
     caps: tuple[str, ...],
     hw: str,
+    network: str | None,
     now_ms: int,
     settings: ComputeSettings,
 ) -> tuple[LeaseGrant | None, list[Event]]:
-    set_profile(conn, node_id, caps, hw, now_ms)
+    node_id = node.node_id
+    set_profile(conn, node_id, caps, hw, now_ms, network)
     eligible = eligible_challenges(caps, hw)
     if not eligible:
         return None, []
@@ -130,6 +139,7 @@ def _grant(
     for c in eligible:
         params += [c.id, c.version]
     params.append(node_id)
+    paired, pairing_params = pairing_clause(node, network, now_ms, settings)
     row = conn.execute(
         f"SELECT c.copy_id, {_JOB_COLUMNS_J}"
         " FROM compute_copies c JOIN compute_jobs j USING (job_id)"
@@ -137,8 +147,9 @@ def _grant(
         f" AND ({which})"
         " AND NOT EXISTS (SELECT 1 FROM compute_copies o"
         "                 WHERE o.job_id = c.job_id AND o.node_id = ?)"
+        f" AND {paired}"
         " ORDER BY c.queued_ms, c.rowid LIMIT 1",
-        params,
+        [*params, *pairing_params],
     ).fetchone()
     if row is None:
         return None, []
@@ -149,8 +160,8 @@ def _grant(
     deadline = now_ms + challenge.kill_after_ms + settings.lease_grace_ms
     conn.execute(
         "UPDATE compute_copies SET state = 'leased', node_id = ?, token_hash = ?, leased_ms = ?,"
-        " deadline_ms = ? WHERE copy_id = ?",
-        (node_id, secret_hash(token), now_ms, deadline, copy_id),
+        " deadline_ms = ?, network = ? WHERE copy_id = ?",
+        (node_id, secret_hash(token), now_ms, deadline, network, copy_id),
     )
     grant = LeaseGrant(
         copy_id=copy_id,
@@ -173,11 +184,13 @@ def _grant(
 
 @attrs.frozen
 class LeaseAsk:
-    """What one held lease poll asks for: its node and the profile its request sent."""
+    """What one held lease poll asks for: its node, the profile its request sent and the
+    network it came from."""
 
     node: Node
     capabilities: object
     hardware: object
+    network: str | None = None
 
 
 def hand_out(
@@ -196,7 +209,7 @@ def hand_out(
     for index, ask in enumerate(asks):
         if len(grants) >= copies:
             break
-        profile = (ask.node.node_id, repr((ask.capabilities, ask.hardware)))
+        profile = (ask.node.node_id, repr((ask.capabilities, ask.hardware, ask.network)))
         if profile in barren:
             continue
         try:
@@ -207,6 +220,7 @@ def hand_out(
                 hardware=ask.hardware,
                 now_ms=now_ms,
                 settings=settings,
+                network=ask.network,
             )
         except Forbidden:  # disabled since it asked (raised before any change)
             grant, more = None, []
@@ -229,7 +243,7 @@ def return_unsent(conn: sqlite3.Connection, grant: LeaseGrant) -> list[Event]:
     if requeued:
         conn.execute(
             "UPDATE compute_copies SET state = 'queued', node_id = NULL, token_hash = NULL,"
-            " leased_ms = NULL, deadline_ms = NULL WHERE copy_id = ?",
+            " leased_ms = NULL, deadline_ms = NULL, network = NULL WHERE copy_id = ?",
             (copy.copy_id,),
         )
     else:

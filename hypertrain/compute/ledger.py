@@ -4,9 +4,11 @@ Promises:
 
 - :func:`pay` credits a copy's node exactly once, keyed by copy id: one ``compute_credits`` row,
   and ``credits``, ``compute_credits`` and ``jobs_done`` of the node move together in the same
-  transaction; a replay pays nothing more and publishes nothing.
-- :func:`strike` records one strike per copy on the UTC day of ``now_ms``; when the node then
-  has ``strikes_per_day`` strikes on that day it is disabled until the next UTC midnight.
+  transaction; a replay pays nothing more and publishes nothing. A node on probation
+  (:mod:`.sybils`) is paid 0 for the copy (its row says 0) and owes one agreed answer less.
+- :func:`strike` records one strike per copy on the UTC day of ``now_ms``, with the network
+  the copy was leased from; when the node then has ``strikes_per_day`` strikes on that day it
+  is disabled until the next UTC midnight, and that strike records the re-enable instant.
 - :func:`set_verdict` applies a :data:`Verdict` (``none`` pays and strikes nobody).
 - :func:`claw_back` takes back what :func:`pay` gave a copy, exactly once (one
   ``compute_clawbacks`` row keyed by copy id): ``credits``, ``compute_credits`` and
@@ -36,27 +38,33 @@ def _mark(conn: sqlite3.Connection, copy_id: str, verdict: Verdict) -> None:
 def pay(
     conn: sqlite3.Connection, copy: Copy, now_ms: int, settings: ComputeSettings
 ) -> list[Event]:
-    """Pay ``copy``'s node ``settings.credit`` (once per copy)."""
+    """Pay ``copy``'s node ``settings.credit``, 0 on probation (once per copy)."""
     assert copy.node_id is not None
     _mark(conn, copy.copy_id, "paid")
+    (owed,) = conn.execute(
+        "SELECT probation FROM compute_nodes WHERE node_id = ?", (copy.node_id,)
+    ).fetchone()
+    credit = 0 if owed > 0 else settings.credit
     inserted = conn.execute(
         "INSERT OR IGNORE INTO compute_credits (copy_id, node_id, job_id, amount, paid_ms)"
         " VALUES (?, ?, ?, ?, ?)",
-        (copy.copy_id, copy.node_id, copy.job_id, settings.credit, now_ms),
+        (copy.copy_id, copy.node_id, copy.job_id, credit, now_ms),
     ).rowcount
     if not inserted:
         return []
     conn.execute(
         "UPDATE compute_nodes SET credits = credits + ?, compute_credits = compute_credits + ?,"
-        " jobs_done = jobs_done + 1 WHERE node_id = ?",
-        (settings.credit, settings.credit, copy.node_id),
+        " jobs_done = jobs_done + 1, probation = max(probation - 1, 0) WHERE node_id = ?",
+        (credit, credit, copy.node_id),
     )
     payload = {
         "job": copy.job_id,
         "copy": copy.copy_id,
         "node": copy.node_id,
-        "credit": settings.credit,
+        "credit": credit,
     }
+    if owed > 0:  # on probation: agreed answers it still owes after this one
+        payload["probation"] = owed - 1
     return [("accepted", payload)]
 
 
@@ -68,9 +76,9 @@ def strike(
     _mark(conn, copy.copy_id, "struck")
     day = utc_day(now_ms)
     inserted = conn.execute(
-        "INSERT OR IGNORE INTO compute_strikes (copy_id, node_id, day, struck_ms)"
-        " VALUES (?, ?, ?, ?)",
-        (copy.copy_id, copy.node_id, day, now_ms),
+        "INSERT OR IGNORE INTO compute_strikes (copy_id, node_id, day, struck_ms, network)"
+        " SELECT ?, ?, ?, ?, network FROM compute_copies WHERE copy_id = ?",
+        (copy.copy_id, copy.node_id, day, now_ms, copy.copy_id),
     ).rowcount
     if not inserted:
         return []
@@ -85,6 +93,10 @@ def strike(
             "UPDATE compute_nodes SET disabled_until_ms = max(disabled_until_ms, ?)"
             " WHERE node_id = ?",
             (disabled_until, copy.node_id),
+        )
+        conn.execute(
+            "UPDATE compute_strikes SET disabled_until_ms = ? WHERE copy_id = ?",
+            (disabled_until, copy.copy_id),
         )
     payload = {
         "job": copy.job_id,

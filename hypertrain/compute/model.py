@@ -2,7 +2,8 @@
 
 - :class:`ComputeSettings`: the named policy numbers (credit per accepted copy, the fallback
   window, the lease grace after the kill time, expiries before the fallback, strikes per day,
-  the online window of the status view, the timing window factor, the re-score rate).
+  the online window of the status view, the timing window factor, the re-score rate, the pairing
+  age, the mint rate per network, the answers of probation).
 - :data:`Event`: what a book function asks its caller to publish, ``(kind, payload)`` with
   ``kind`` in :data:`EVENT_KINDS`. Payloads hold ids and status only: never a key, a lease
   token, an unsettled answer, or which node holds which copy of an unsettled job. They say
@@ -79,12 +80,27 @@ class ComputeSettings:
     audit_permille: int = 50
     """Of the steps settled by agreement, how many per thousand the beacon draws for a trusted
     re-score (``HYPERTRAIN_COMPUTE_AUDIT_PERMILLE``; 0: none, 1000: all)."""
+    pair_min_age_ms: int = 3_600_000
+    """A node whose key is younger than this is never paired with another such node, nor with
+    one on probation (``HYPERTRAIN_COMPUTE_PAIR_MIN_AGE_S``; :mod:`.pairing`)."""
+    mint_per_minute: int = 10
+    """Keys minted per source network in any 60 s (``HYPERTRAIN_COMPUTE_MINT_PER_MINUTE``)."""
+    probation_answers: int = 10
+    """Agreed answers a key on probation owes before it earns
+    (``HYPERTRAIN_COMPUTE_PROBATION_ANSWERS``; :mod:`.sybils`)."""
 
     def __attrs_post_init__(self) -> None:
-        for name in ("credit", "wait_ms", "lease_grace_ms", "online_ms"):
+        for name in (
+            "credit",
+            "wait_ms",
+            "lease_grace_ms",
+            "online_ms",
+            "pair_min_age_ms",
+            "probation_answers",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
-        for name in ("max_expiries", "strikes_per_day", "timing_wait_factor"):
+        for name in ("max_expiries", "strikes_per_day", "timing_wait_factor", "mint_per_minute"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if not 0 <= self.audit_permille <= 1000:
@@ -119,9 +135,19 @@ class Node:
     credits: int
     compute_credits: int
     disabled_until_ms: int
+    account: str = ""
+    """The account (module doc of :mod:`.pairing`); "" only for a row not read from the store."""
+    network: str | None = None
+    """The source network of its latest register or lease (None: not known)."""
+    probation: int = 0
+    """Agreed answers it still owes before it earns (0: not on probation)."""
 
     def disabled(self, now_ms: int) -> bool:
         return self.disabled_until_ms > now_ms
+
+    def established(self, now_ms: int, settings: ComputeSettings) -> bool:
+        """Its key is at least ``pair_min_age_ms`` old and it is not on probation."""
+        return self.probation == 0 and self.created_ms <= now_ms - settings.pair_min_age_ms
 
     def status_json(self) -> dict[str, Any]:
         """The node's entry in the public status view."""
@@ -136,8 +162,11 @@ class Node:
             "last_seen": self.last_seen_ms,
         }
 
-    def register_answer(self, minted: str | None) -> RegisterAnswer:
-        """The register route's answer; ``minted`` is the key when this call minted one."""
+    def register_answer(
+        self, minted: str | None, strikes: tuple[int, int] = (0, 0)
+    ) -> RegisterAnswer:
+        """The register route's answer; ``minted`` is the key when this call minted one,
+        ``strikes`` the node's and its network's strikes today."""
         return RegisterAnswer(
             id=self.node_id,
             handle=self.handle,
@@ -148,6 +177,9 @@ class Node:
             compute_credits=self.compute_credits,
             last_seen=self.last_seen_ms,
             node_id=self.node_id,
+            probation=self.probation,
+            strikes_today=strikes[0],
+            network_strikes_today=strikes[1],
             key=minted,
         )
 

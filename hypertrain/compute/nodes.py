@@ -5,7 +5,13 @@ Plain functions of a ``sqlite3.Connection``, each the body of one ``db.write``/`
 - :func:`register_node`: without a key it mints one (returned once; only its hash is stored)
   and creates a node under the given handle (validated, 409 when taken, case-insensitive) or a
   generated one; with a key it attaches to that key's node (401 when unknown or malformed),
-  renaming it when a different handle is given. Capabilities and hardware are replaced.
+  renaming it when a different handle is given. Capabilities and hardware are replaced, and
+  the node's network becomes ``network`` (the request's; None keeps it). A mint is refused
+  with 429 when its network minted its limit in the last minute, and starts on probation when
+  its network had a node disabled in the last day (:mod:`.sybils`). A new node is its own
+  account, unless it is minted with ``account``, an existing node key (401 when unknown):
+  then it joins that key's account, and no two copies of one job go to that account
+  (:mod:`.pairing`); ``account`` with ``key`` is 400 (a node's account is set at its mint).
 - :func:`authenticate`: 401 for a missing, malformed or unknown key (the stored digest is
   compared in constant time); refreshes ``last_seen_ms``. A disabled node authenticates (it
   may still post results of copies it holds); only leasing refuses it. :func:`node_of_key`
@@ -34,7 +40,8 @@ from hypertrain.compute.keys import (
     secret_hash,
     secret_matches,
 )
-from hypertrain.compute.model import Event, Node
+from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event, Node
+from hypertrain.compute.sybils import check_mint, probation_at_mint
 from hypertrain.protocol.errors import AuthError, Conflict, Malformed, NotFound
 
 __all__ = [
@@ -57,7 +64,7 @@ _HARDWARE_RAW_LIMIT: Final = 256
 _HARDWARE_LIMIT: Final = 64
 _NODE_COLUMNS: Final = (
     "node_id, handle, capabilities, hardware, created_ms, last_seen_ms, jobs_done, credits,"
-    " compute_credits, disabled_until_ms"
+    " compute_credits, disabled_until_ms, account, network, probation"
 )
 
 
@@ -85,7 +92,8 @@ def normalise_hardware(value: object) -> str:
 
 
 def _node(row: tuple[object, ...]) -> Node:
-    (node_id, handle, caps, hardware, created, seen, done, credits, compute, disabled) = row
+    (node_id, handle, caps, hardware, created, seen, done, credits, compute, disabled) = row[:10]
+    (account, network, probation) = row[10:]
     return Node(
         node_id=str(node_id),
         handle=str(handle),
@@ -97,6 +105,9 @@ def _node(row: tuple[object, ...]) -> Node:
         credits=int(credits),  # type: ignore[call-overload]
         compute_credits=int(compute),  # type: ignore[call-overload]
         disabled_until_ms=int(disabled),  # type: ignore[call-overload]
+        account=str(account),
+        network=None if network is None else str(network),
+        probation=int(probation),  # type: ignore[call-overload]
     )
 
 
@@ -135,6 +146,14 @@ def node_of_key(conn: sqlite3.Connection, key: object) -> Node:
     return _node(row[1:])
 
 
+def _account_of(conn: sqlite3.Connection, key: str) -> str:
+    """The account of the node of ``key`` (401 naming the field when it is not a node's)."""
+    try:
+        return node_of_key(conn, key).account
+    except AuthError as e:
+        raise AuthError(f"account: {e.detail}") from e
+
+
 def _handle_taken(conn: sqlite3.Connection, handle: str, node_id: str | None) -> bool:
     row = conn.execute("SELECT node_id FROM compute_nodes WHERE handle = ?", (handle,)).fetchone()
     return row is not None and row[0] != node_id
@@ -146,12 +165,14 @@ def set_profile(
     capabilities: tuple[str, ...],
     hardware: str,
     now_ms: int,
+    network: str | None = None,
 ) -> None:
-    """Replace a node's capabilities and hardware and mark it seen at ``now_ms``."""
+    """Replace a node's capabilities and hardware, mark it seen at ``now_ms`` from
+    ``network`` (None: the stored network stands)."""
     conn.execute(
-        "UPDATE compute_nodes SET capabilities = ?, hardware = ?, last_seen_ms = ?"
-        " WHERE node_id = ?",
-        (json.dumps(list(capabilities)), hardware, now_ms, node_id),
+        "UPDATE compute_nodes SET capabilities = ?, hardware = ?, last_seen_ms = ?,"
+        " network = coalesce(?, network) WHERE node_id = ?",
+        (json.dumps(list(capabilities)), hardware, now_ms, network, node_id),
     )
 
 
@@ -163,13 +184,20 @@ def register_node(
     capabilities: object,
     hardware: object,
     now_ms: int,
+    network: str | None = None,
+    account: str | None = None,
+    settings: ComputeSettings = DEFAULT_SETTINGS,
 ) -> tuple[Node, str | None, list[Event]]:
-    """Register or attach a node (module doc): ``(node, minted key or None, events)``."""
+    """Register or attach a node (module doc): ``(node, minted key or None, events)``;
+    ``network`` is the request's, ``account`` a key of the account a new node joins."""
     caps = normalise_capabilities(capabilities)
     hw = normalise_hardware(hardware)
     wanted = None if handle is None or handle == "" else check_handle(handle)
     minted: str | None = None
-    if key is not None and key != "":
+    keyed = key is not None and key != ""
+    if keyed and account is not None:
+        raise Malformed("account: only when minting a new key (a node's account is set once)")
+    if keyed:
         node = node_of_key(conn, key)
         if wanted is not None and wanted != node.handle:
             if _handle_taken(conn, wanted, node.node_id):
@@ -179,8 +207,10 @@ def register_node(
             )
         node_id = node.node_id
     else:
+        joins = None if account is None else _account_of(conn, account)
         if wanted is not None and _handle_taken(conn, wanted, None):
             raise Conflict(f"handle {wanted!r} is taken")
+        check_mint(conn, network, now_ms, settings)
         chosen = wanted
         while chosen is None or _handle_taken(conn, chosen, None):
             chosen = new_handle()
@@ -188,10 +218,21 @@ def register_node(
         node_id = "n" + secrets.token_hex(8)
         conn.execute(
             "INSERT INTO compute_nodes (node_id, key_hash, handle, capabilities, hardware,"
-            " created_ms, last_seen_ms) VALUES (?, ?, ?, '[]', ?, ?, ?)",
-            (node_id, secret_hash(minted), chosen, hw, now_ms, now_ms),
+            " created_ms, last_seen_ms, account, mint_network, probation)"
+            " VALUES (?, ?, ?, '[]', ?, ?, ?, ?, ?, ?)",
+            (
+                node_id,
+                secret_hash(minted),
+                chosen,
+                hw,
+                now_ms,
+                now_ms,
+                joins or node_id,
+                network,
+                probation_at_mint(conn, network, now_ms, settings),
+            ),
         )
-    set_profile(conn, node_id, caps, hw, now_ms)
+    set_profile(conn, node_id, caps, hw, now_ms, network)
     node = get_node(conn, node_id)
     event: Event = (
         "register",
@@ -201,6 +242,7 @@ def register_node(
             "capabilities": list(node.capabilities),
             "hardware": node.hardware,
             "attached": minted is None,
+            "probation": node.probation,
         },
     )
     return node, minted, [event]

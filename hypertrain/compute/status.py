@@ -3,7 +3,8 @@
 :func:`status` returns, at ``now_ms``::
 
     {"nodes": [{"id", "handle", "capabilities", "hardware", "jobs_done", "credits",
-                "compute_credits", "last_seen"}, ...],   # one page of the online nodes, by id
+                "compute_credits", "last_seen", "established", "probation",
+                "strikes_today", "network_strikes_today"}, ...],  # a page of online nodes
      "online_nodes": n, "next": "<id>" | null,           # all online nodes; the next cursor
      "challenges": {"<id>": {"capable_nodes": n}},       # every registry challenge
      "queued": n, "leased": n, "done_24h": n, "credit_per_job": c, "fallback_ms": ms}
@@ -12,6 +13,12 @@ Only nodes seen in the last ``online_ms`` are listed, at most ``limit`` of them
 (:data:`PAGE_DEFAULT`, at most :data:`PAGE_MAX`), those whose id sorts after ``after``: ``next``
 is the ``after`` of the following page, null on the last one. Registering is keyless, so the
 online nodes are not bounded; a page is (about 200 bytes a node).
+
+``established`` says whether the node may be paired with a young key or one on probation,
+``probation`` how many agreed answers it still owes before it earns (0: none;
+:mod:`.sybils`), ``strikes_today`` its strikes of the current UTC day and
+``network_strikes_today`` those of every lease from its network that day (the network itself
+is never shown).
 
 ``capable_nodes`` counts online nodes that are not disabled whose capabilities hold the
 challenge's capability (and, for a timing challenge, whose hardware is its class). ``queued``
@@ -26,9 +33,10 @@ import sqlite3
 from typing import Any, Final
 
 from hypertrain.compute.leases import eligible_challenges
-from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings
+from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Node
 from hypertrain.compute.nodes import online_nodes
 from hypertrain.compute.rules import DAY_MS
+from hypertrain.compute.sybils import strikes_today
 from hypertrain.scoring.registry import REGISTRY
 
 __all__ = ["PAGE_DEFAULT", "PAGE_MAX", "status"]
@@ -54,6 +62,7 @@ def status(
         raise ValueError(f"limit must be 1..{PAGE_MAX}, got {limit}")
     online = online_nodes(conn, now_ms - settings.online_ms)
     rest = [n for n in online if after is None or n.node_id > after]
+    page = rest[:limit]
     capable = [
         eligible_challenges(n.capabilities, n.hardware) for n in online if not n.disabled(now_ms)
     ]
@@ -71,7 +80,7 @@ def status(
         (now_ms - DAY_MS,),
     ).fetchone()
     return {
-        "nodes": [n.status_json() for n in rest[:limit]],
+        "nodes": _entries(conn, page, now_ms, settings),
         "online_nodes": len(online),
         "next": rest[limit - 1].node_id if len(rest) > limit else None,
         "challenges": challenges,
@@ -81,3 +90,21 @@ def status(
         "credit_per_job": settings.credit,
         "fallback_ms": settings.wait_ms,
     }
+
+
+def _entries(
+    conn: sqlite3.Connection, page: list[Node], now_ms: int, settings: ComputeSettings
+) -> list[dict[str, Any]]:
+    """The status entries of a page of nodes, with their standing (module doc)."""
+    networks = {n.network for n in page if n.network is not None}
+    per_node, per_network = strikes_today(conn, [n.node_id for n in page], networks, now_ms)
+    return [
+        {
+            **n.status_json(),
+            "established": n.established(now_ms, settings),
+            "probation": n.probation,
+            "strikes_today": per_node[n.node_id],
+            "network_strikes_today": 0 if n.network is None else per_network[n.network],
+        }
+        for n in page
+    ]

@@ -17,9 +17,12 @@ and the node (:mod:`hypertrain.node`) import these classes and nothing else for 
 Every error answer is an :class:`ErrorAnswer` (``{"detail": ...}``). The JSON of each class,
 field by field and in this order::
 
-    RegisterRequest {key, handle, capabilities, hardware}      all four always sent (may be null)
+    RegisterRequest {key, handle, capabilities, hardware, account?}   the four always sent
+                                                               (may be null); account: a key
+                                                               of the account a mint joins
     RegisterAnswer  {id, handle, capabilities, hardware, jobs_done, credits, compute_credits,
-                     last_seen, node_id, key?}                 key only when it was just minted
+                     last_seen, node_id, probation, strikes_today, network_strikes_today,
+                     key?}                                     key only when it was just minted
     LeaseRequest    {capabilities, hardware, wait_ms?}         wait_ms 0..LONG_POLL_MS
     LeaseAnswer     {job: LeaseGrant | null}
     LeaseGrant      {id, job, challenge, base, step, trace, inputs: [InputFile], step_budget_ms,
@@ -167,6 +170,8 @@ class RegisterRequest:
     handle: Annotated[str | None, _SENT] = None
     capabilities: Annotated[tuple[str, ...], _SENT] = ()
     hardware: Annotated[str | None, _SENT] = None
+    account: str | None = None
+    """A key of the account a newly minted key joins (none: a new account)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -183,6 +188,11 @@ class RegisterAnswer:
     compute_credits: int = attrs.field(validator=u_int)
     last_seen: int = attrs.field(validator=u_int)
     node_id: str = attrs.field(validator=_non_empty)
+    probation: Annotated[int, _SENT] = attrs.field(default=0, validator=u_int)
+    """Agreed answers the node still owes before it earns (0: not on probation)."""
+    strikes_today: Annotated[int, _SENT] = attrs.field(default=0, validator=u_int)
+    network_strikes_today: Annotated[int, _SENT] = attrs.field(default=0, validator=u_int)
+    """Strikes of the current UTC day of every lease from the node's network."""
     key: str | None = attrs.field(default=None, repr=False)
 
 

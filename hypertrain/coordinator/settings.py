@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 import attrs
 
+from hypertrain.compute.networks import parse_proxies
 from hypertrain.protocol.validators import is_label
 from hypertrain.rounds.checkpoints import DEFAULT_CHECKPOINT_EVERY
 
@@ -27,6 +28,7 @@ __all__ = [
     "DEFAULT_SLUG",
     "DEFAULT_VEST_ROUNDS",
     "NO_ASSERTION",
+    "ComputeNetworks",
     "CoordinatorSettings",
 ]
 
@@ -39,6 +41,10 @@ DEFAULT_VEST_ROUNDS: Final = 10
 DEFAULT_FORGIVE_PER_EPOCH: Final = 1
 DEFAULT_HELDOUT_SAMPLES: Final = 64
 """Holdout samples the daemon evaluates each theta on (the first ones of the split)."""
+ComputeNetworks = Literal["address", "per-key"]
+"""How compute requests are grouped into networks for pairing and minting: ``address`` (the
+default: the client address's /24 or /48) or ``per-key`` (each node key its own network: the
+demo's loopback test mode only; the daemon refuses it without ``--beacon local``)."""
 DEFAULT_BODY_LIMIT: Final = 1024 * 1024
 """Largest request body accepted (1 MiB, the Cortex proxy's limit); larger is 413."""
 
@@ -64,6 +70,13 @@ def _non_negative(_instance: object, attribute: attrs.Attribute[int], value: int
 def _permille(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if type(value) is not int or not 0 <= value <= 1000:
         raise ValueError(f"{attribute.name} must be an integer in 0..1000, got {value!r}")
+
+
+def _proxies(_instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    try:
+        parse_proxies(value)
+    except ValueError as e:
+        raise ValueError(f"{attribute.name}: {e}") from e
 
 
 def _genesis(_instance: object, attribute: attrs.Attribute[int | None], value: int | None) -> None:
@@ -120,6 +133,22 @@ class CoordinatorSettings:
     compute_audit_permille: int = attrs.field(default=50, validator=_permille)
     """Of the scoring steps settled by agreement, how many per thousand the beacon draws for a
     trusted re-score by the fallback pool (``HYPERTRAIN_COMPUTE_AUDIT_PERMILLE``, 0..1000)."""
+    compute_pair_min_age_s: int = attrs.field(default=3600, validator=_non_negative)
+    """Two node keys younger than this are never given copies of one job, and a young key or
+    one on probation only goes beside an established node
+    (``HYPERTRAIN_COMPUTE_PAIR_MIN_AGE_S``; :mod:`hypertrain.compute.pairing`)."""
+    compute_mint_per_minute: int = attrs.field(default=10, validator=_positive)
+    """Node keys minted per source network per minute (``HYPERTRAIN_COMPUTE_MINT_PER_MINUTE``)."""
+    compute_probation_answers: int = attrs.field(default=10, validator=_non_negative)
+    """Agreed answers a key on probation gives unpaid (``HYPERTRAIN_COMPUTE_PROBATION_ANSWERS``;
+    :mod:`hypertrain.compute.sybils`)."""
+    compute_networks: ComputeNetworks = attrs.field(
+        default="address", validator=attrs.validators.in_(("address", "per-key"))
+    )
+    """``HYPERTRAIN_COMPUTE_NETWORKS`` (:data:`ComputeNetworks`)."""
+    trusted_proxies: str = attrs.field(default="", validator=_proxies)
+    """Addresses or CIDR blocks of reverse proxies whose ``X-Forwarded-For`` names the client
+    (``HYPERTRAIN_TRUSTED_PROXIES``; :mod:`hypertrain.compute.networks`); empty: none."""
     trace_samples: int = attrs.field(default=32, validator=_positive)
     """Samples in each scoring trace (public: from the train split; hidden: the holdout)."""
     checkpoint_every: int = attrs.field(default=DEFAULT_CHECKPOINT_EVERY, validator=_positive)

@@ -28,6 +28,11 @@ compute_credit             HYPERTRAIN_COMPUTE_CREDIT                            
 compute_wait_ms            HYPERTRAIN_COMPUTE_WAIT_MS                                   20000
 compute_pool               HYPERTRAIN_COMPUTE_POOL                                      cores
 compute_audit_permille     HYPERTRAIN_COMPUTE_AUDIT_PERMILLE                            50
+compute_pair_min_age_s     HYPERTRAIN_COMPUTE_PAIR_MIN_AGE_S                            3600
+compute_mint_per_minute    HYPERTRAIN_COMPUTE_MINT_PER_MINUTE                           10
+compute_probation_answers  HYPERTRAIN_COMPUTE_PROBATION_ANSWERS                         10
+compute_networks           HYPERTRAIN_COMPUTE_NETWORKS                                  address
+trusted_proxies            HYPERTRAIN_TRUSTED_PROXIES                                   none
 trace_samples              HYPERTRAIN_TRACE_SAMPLES                                     32
 checkpoint_every           HYPERTRAIN_CHECKPOINT_EVERY                                  10
 checkpoint_license         HYPERTRAIN_CHECKPOINT_LICENSE                                NOASSERTION
@@ -49,6 +54,8 @@ scorer                     HYPERTRAIN_SCORER                                    
 
 ``aggregator = "external"`` keeps the daemon from merging rounds itself: an aggregator on another
 machine (``hypertrain aggregate``) merges them through the aggregator routes instead.
+``compute_networks = "per-key"`` (each node key its own network, so that nodes on one machine
+are paired: the demo's test mode) is refused unless ``--beacon local`` is given too.
 ``scorer = "cold"`` makes the fallback pool start one scorer process per job instead of forking
 each from one warm process (:mod:`hypertrain.scoring.warm`).
 ``access_log`` (``on``/``off``; TOML: a boolean; the flag turns it on) writes one log line per
@@ -269,6 +276,11 @@ _KEYS: Final = (
     _Key("compute_wait_ms", _int(0), env="HYPERTRAIN_COMPUTE_WAIT_MS"),
     _Key("compute_pool", _int(1, 256), env="HYPERTRAIN_COMPUTE_POOL"),
     _Key("compute_audit_permille", _int(0, 1000), env="HYPERTRAIN_COMPUTE_AUDIT_PERMILLE"),
+    _Key("compute_pair_min_age_s", _int(0), env="HYPERTRAIN_COMPUTE_PAIR_MIN_AGE_S"),
+    _Key("compute_mint_per_minute", _int(1), env="HYPERTRAIN_COMPUTE_MINT_PER_MINUTE"),
+    _Key("compute_probation_answers", _int(0), env="HYPERTRAIN_COMPUTE_PROBATION_ANSWERS"),
+    _Key("compute_networks", _choice("address", "per-key"), env="HYPERTRAIN_COMPUTE_NETWORKS"),
+    _Key("trusted_proxies", _text, env="HYPERTRAIN_TRUSTED_PROXIES"),
     _Key("trace_samples", _int(1, 4096), env="HYPERTRAIN_TRACE_SAMPLES"),
     _Key("checkpoint_every", _int(1), env="HYPERTRAIN_CHECKPOINT_EVERY"),
     _Key("checkpoint_license", _text, env="HYPERTRAIN_CHECKPOINT_LICENSE"),
@@ -433,6 +445,11 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> DaemonSett
                 f"(rounds are agreement-checked), got {len(set(relays))}"
             )
     _check_metrics_bind(daemon)
+    if values.get("compute_networks") == "per-key" and daemon.get("beacon") != "local":
+        raise ConfigError(
+            "compute_networks: per-key (each node key its own network) is the demo's test"
+            " mode; it needs --beacon local"
+        )
     try:
         coordinator = CoordinatorSettings(**values)
     except (TypeError, ValueError) as e:

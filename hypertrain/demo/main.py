@@ -28,8 +28,9 @@ What it does, in order (every wait bounded; the files are described in
    with those windows, sealed by the owner; over the admin API: create the run, register the
    dataset, configure ``N`` rounds, admit ``M`` miners;
 6. ``M`` ``hypertrain-miner run`` children and ``K`` ``hypertrain-node`` children (the compute
-   network that scores every uploaded delta; scoring window :data:`COMPUTE_WAIT_MS`), all
-   talking HTTP to the daemon; once each miner waits for round 0, the run is unpaused;
+   network that scores every uploaded delta; scoring window :data:`COMPUTE_WAIT_MS`; paired
+   in the test mode :data:`DEMO_PAIRING`, each key its own network), all talking HTTP to the
+   daemon; once each miner waits for round 0, the run is unpaused;
 7. a live table, one line whenever a round's state, uploads, update norm, clipped count,
    held-out loss or scoring changes (:mod:`hypertrain.demo.table`), then a summary. The demo
    ends once ``N`` rounds were merged and evaluated and every scoring step of their deltas
@@ -152,6 +153,13 @@ went to the fallback), and a longer window costs nothing when the nodes are quic
 settles as soon as both copies agree."""
 NO_NODES_WAIT_MS: Final = 1_000
 """The scoring window without nodes (``--nodes 0``): nobody will score, the fallback does."""
+DEMO_PAIRING: Final = {
+    "HYPERTRAIN_COMPUTE_NETWORKS": "per-key",
+    "HYPERTRAIN_COMPUTE_PAIR_MIN_AGE_S": "0",
+}
+"""The demo's test mode of the pairing rules: its nodes all run on 127.0.0.1 with keys minted
+seconds ago, so each key counts as its own network (accepted only with ``--beacon local``,
+which the demo's daemon runs) and keys of any age are paired. Never the daemon's default."""
 SCORING_SECONDS: Final = (COMPUTE_WAIT_MS + DELTA_LOSS.kill_after_ms) / 1000
 """Bound, after the last merge, for the last round's scoring steps to settle: the scoring
 window, then the fallback's own worker (killed after ``kill_after_ms``)."""
@@ -315,6 +323,7 @@ async def _start_daemon(
     argv = [sys.executable, "-m", "hypertrain.daemon", "--host", "127.0.0.1", "--port", str(port)]
     argv += ["--beacon", "local", "--local-period", "1"]
     env = ws.daemon_env() | {"HYPERTRAIN_COMPUTE_WAIT_MS": str(compute_wait_ms(nodes))}
+    env |= DEMO_PAIRING
     daemon = await children.start(
         "hypertrain-daemon", argv, env=env, stdout=ws.daemon_out, stderr=ws.daemon_log
     )

@@ -22,6 +22,8 @@ if they were.
 
 from __future__ import annotations
 
+from typing import Final
+
 __all__ = [
     "BadOffer",
     "Disabled",
@@ -34,6 +36,7 @@ __all__ = [
     "Refused",
     "Unauthorized",
     "Unreachable",
+    "register_refused",
 ]
 
 
@@ -96,3 +99,16 @@ class Refused(NodeClientError):
         super().__init__(f"HTTP {status}: {detail}", retry_after=retry_after)
         self.status = status
         self.detail = detail
+
+
+TOO_MANY_MINTS: Final = 429
+"""The register answer of a network that minted its limit of keys this minute."""
+
+
+def register_refused(error: Unauthorized | Refused, url: str) -> Unreachable | NodeFatal:
+    """What a refused register at ``url`` means: a mint answered 429 (its network minted its
+    keys for this minute) is retried like an unreachable coordinator, after its
+    ``Retry-After``; any other refusal is fatal."""
+    if isinstance(error, Refused) and error.status == TOO_MANY_MINTS:
+        return Unreachable(str(error), retry_after=error.retry_after)
+    return NodeFatal(f"register refused by {url}: {error}")

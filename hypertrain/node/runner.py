@@ -6,8 +6,8 @@
   :func:`~hypertrain.node.probe.probe_machine` in a worker thread), choose the key
   (:func:`~hypertrain.node.identity.choose_key`: ``--key`` > node.json for the same origin >
   mint), register, and save node.json (0600) after every successful register. A coordinator
-  that cannot be reached is retried with the loop's backoff (``--once``: exit 1); a refused
-  register (401, 409, 400) is :class:`~hypertrain.node.errors.NodeFatal`.
+  that cannot be reached, or a mint's 429, is retried with the loop's backoff (``--once``:
+  exit 1); another refused register (401, 409, 400) is :class:`~.errors.NodeFatal`.
 - **Loop**: re-probe once :data:`CAPABILITY_REFRESH` seconds (Trio time) have passed since the
   last probe; lease (a long poll; lease calls start at least ``min_poll_interval`` apart, so a
   server answering ``{"job": null}`` at once cannot make the node spin). A job arrives decoded
@@ -79,6 +79,7 @@ from hypertrain.node.errors import (
     Refused,
     Unauthorized,
     Unreachable,
+    register_refused,
 )
 from hypertrain.node.identity import choose_key, origin_of
 from hypertrain.node.job import Carried, JobRunner
@@ -92,6 +93,7 @@ from hypertrain.node.runner_types import (
     Say,
     Score,
     Turn,
+    registered_line,
     standing_line,
 )
 from hypertrain.scoring.registry import REGISTRY, Challenge
@@ -224,7 +226,7 @@ class NodeRunner:
                 key, self.handle, probed.capabilities, probed.hardware
             )
         except (Unauthorized, Refused) as e:
-            raise NodeFatal(f"register refused by {self.client.base_url}: {e}") from e
+            raise register_refused(e, self.client.base_url) from e
         minted = answer.key
         key = minted if key is None else key
         if key is None:
@@ -242,10 +244,7 @@ class NodeRunner:
         path = save_record(self.directory, record)  # NodeFileError: exit 2
         self.client.use_key(record.key)
         self._node_id, self._handle = node_id, handle
-        saved = "new key saved in" if minted is not None else "key saved in"
-        self._say(
-            f"registered as {handle} (node {node_id}) at {self.client.base_url}; {saved} {path}"
-        )
+        self._say(registered_line(answer, self.client.base_url, minted is not None, path))
 
     async def _refresh_probe(self) -> Probed:
         now = trio.current_time()

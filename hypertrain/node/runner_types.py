@@ -7,6 +7,8 @@ given and what it reports.
 - **The node's own line**: :func:`standing_line`, its leaderboard row in words.
 - **The download bound**: :func:`download_bound`, what is left of a lease for its inputs once
   the scorer's kill time is kept for scoring.
+- **The register line**: :func:`registered_line`, who the node is, where its key is saved and,
+  for a key on probation, how many agreed answers still earn nothing.
 - **Reported**: what one turn did (:data:`Turn`), and :class:`NodeStatistics` (with the
   :class:`LastJob`), a frozen record whose JSON is the converter's, ``null`` for what is not
   known yet.
@@ -23,7 +25,7 @@ from typing import Annotated, Final, Literal
 import attrs
 from cattrs.gen import override
 
-from hypertrain.compute.wire import LeaseGrant, Standing
+from hypertrain.compute.wire import LeaseGrant, RegisterAnswer, Standing
 from hypertrain.node.cache import DEFAULT_MAX_BYTES
 from hypertrain.scoring.outcome import ScoreOutcome
 from hypertrain.scoring.registry import Challenge
@@ -40,6 +42,7 @@ __all__ = [
     "Score",
     "Turn",
     "download_bound",
+    "registered_line",
     "standing_line",
 ]
 
@@ -144,3 +147,12 @@ class NodeStatistics:
     skipped: int
     abandoned: int
     last_job: Annotated[LastJob | None, _SHOWN]
+
+
+def registered_line(answer: RegisterAnswer, url: str, minted: bool, path: Path) -> str:
+    """The node's line after a register (module doc)."""
+    saved = "new key saved in" if minted else "key saved in"
+    line = f"registered as {answer.handle} (node {answer.node_id}) at {url}; {saved} {path}"
+    if answer.probation:  # minted where a node was disabled by its strikes in the last day
+        line += f"; on probation: the next {answer.probation} agreed answers earn nothing"
+    return line

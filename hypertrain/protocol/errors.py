@@ -19,6 +19,7 @@ route answers with and a ``detail`` that names the problem::
         ├── Conflict             409    wrong state, window closed, lease not current
         │   └── ReplayError      409    this (run, w, type, signer, subject) was already accepted
         ├── PayloadTooLarge      413    body over the size limit
+        ├── TooManyRequests      429    over a rate limit (``Retry-After`` says when to retry)
         ├── HeadersTooLarge      431    request headers over the size limit
         ├── ContractMismatch     422    well-formed but contradicts the run's contract
         └── NotConfigured        503    the server lacks what this route needs (token, key, ...)
@@ -52,6 +53,7 @@ __all__ = [
     "RunMismatch",
     "SchemaError",
     "SignatureError",
+    "TooManyRequests",
     "UnauthorizedSigner",
 ]
 
@@ -83,6 +85,10 @@ class ProtocolError(HypertrainError):
     def to_json(self) -> dict[str, str]:
         """The HTTP error body, ``{"detail": ...}``."""
         return {"detail": self.detail}
+
+    def headers(self) -> dict[str, str]:
+        """HTTP headers the answer carries besides the body (none but for a few kinds)."""
+        return {}
 
 
 class Malformed(ProtocolError):
@@ -135,6 +141,19 @@ class ReplayError(Conflict):
 
 class PayloadTooLarge(ProtocolError):
     status = 413
+
+
+class TooManyRequests(ProtocolError):
+    """Over a rate limit; ``retry_after_s`` (whole seconds, >= 1) is sent as ``Retry-After``."""
+
+    status = 429
+
+    def __init__(self, detail: str, retry_after_s: int) -> None:
+        super().__init__(detail)
+        self.retry_after_s = max(1, retry_after_s)
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
 
 
 class HeadersTooLarge(ProtocolError):

@@ -47,6 +47,10 @@ LEASE_SPAN = 60_000 + 30_000
 """delta-loss kill_after_ms + the 30 s grace."""
 
 
+ANY_AGE = attrs.evolve(DEFAULT_SETTINGS, pair_min_age_ms=0)
+"""The book's defaults but keys of any age are paired (the pairing tests set their own)."""
+
+
 def inputs(challenge_id: str = "delta-loss") -> list[dict[str, Any]]:
     names = get_challenge(challenge_id).inputs
     return [{"name": n, "sha256": f"{i:064x}", "size": 10 + i} for i, n in enumerate(names)]
@@ -76,7 +80,7 @@ def busy(grant: LeaseGrant) -> dict[str, Any]:
 @attrs.define
 class Book:
     db: Database
-    settings: ComputeSettings = DEFAULT_SETTINGS
+    settings: ComputeSettings = ANY_AGE
     events: list[Event] = attrs.Factory(list)
     secrets: list[str] = attrs.Factory(list)
     last_holder: dict[str, str] = attrs.Factory(dict)
@@ -98,6 +102,8 @@ class Book:
         hardware: str | None = None,
         handle: str | None = None,
         key: str | None = None,
+        network: str | None = None,
+        account: str | None = None,
     ) -> tuple[Node, str]:
         def body(conn: sqlite3.Connection) -> tuple[Node, str | None, list[Event]]:
             return register_node(
@@ -107,6 +113,9 @@ class Book:
                 capabilities=list(caps),
                 hardware=hardware,
                 now_ms=now,
+                network=network,
+                account=account,
+                settings=self.settings,
             )
 
         node, minted, events = await self.db.write(body)
@@ -150,6 +159,7 @@ class Book:
         *,
         caps: Sequence[str] | None = None,
         hardware: str | None = None,
+        network: str | None = None,
     ) -> LeaseGrant | None:
         def body(conn: sqlite3.Connection) -> tuple[LeaseGrant | None, list[Event]]:
             return lease(
@@ -159,6 +169,7 @@ class Book:
                 hardware=node.hardware if hardware is None else hardware,
                 now_ms=now,
                 settings=self.settings,
+                network=network,
             )
 
         grant, events = await self.db.write(body)

@@ -56,6 +56,9 @@ REGISTERED: dict[str, Any] = {
     "compute_credits": 0,
     "last_seen": 1_704_067_200_000,
     "node_id": "n1",
+    "probation": 0,
+    "strikes_today": 0,
+    "network_strikes_today": 0,
 }
 
 BODIES: list[tuple[type[Any], dict[str, Any]]] = [
@@ -63,6 +66,10 @@ BODIES: list[tuple[type[Any], dict[str, Any]]] = [
     (
         RegisterRequest,
         {"key": "ht_x", "handle": "a", "capabilities": ["delta-loss"], "hardware": None},
+    ),
+    (
+        RegisterRequest,
+        {"key": None, "handle": None, "capabilities": [], "hardware": None, "account": "ht_y"},
     ),
     (RegisterAnswer, REGISTERED),
     (RegisterAnswer, {**REGISTERED, "key": "ht_" + "k" * 32}),

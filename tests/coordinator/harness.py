@@ -133,6 +133,10 @@ async def open_harness(
         "worker_token_file": secrets.worker,
         "internal_token_file": secrets.internal,
         "coord_key_file": secrets.coord_key,
+        # every test client is 127.0.0.1 and every node key new: the demo's test mode pairs
+        # them (the pairing tests ask for address networks and key ages themselves)
+        "compute_networks": "per-key",
+        "compute_pair_min_age_s": 0,
     }
     fields.update(settings)
     config = CoordinatorSettings(**fields)

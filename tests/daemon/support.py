@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -28,10 +29,15 @@ def daemon_settings(
     period: float | None,
     owner_hotkey: str | None = None,
     state: str = "data",
+    **coordinator: Any,
 ) -> DaemonSettings:
     """A daemon with its own local chain of ``period`` and fresh secrets under ``tmp_path``
-    (an existing K_coord is kept, so a restarted daemon is the same coordinator)."""
+    (an existing K_coord is kept, so a restarted daemon is the same coordinator);
+    ``coordinator`` overrides :class:`CoordinatorSettings` fields. Its compute nodes, all on
+    127.0.0.1 with new keys, are paired as in the demo's test mode (each key its own network,
+    any key age) unless those fields say otherwise."""
     secrets = Secrets.create(tmp_path / "secrets", exist_ok=True)
+    fields: dict[str, Any] = {"compute_networks": "per-key", "compute_pair_min_age_s": 0}
     return DaemonSettings(
         coordinator=CoordinatorSettings(
             state_dir=tmp_path / state,
@@ -39,6 +45,7 @@ def daemon_settings(
             internal_token_file=secrets.internal,
             coord_key_file=secrets.coord_key,
             owner_hotkey=owner_hotkey,
+            **(fields | coordinator),
         ),
         host="127.0.0.1",
         port=0,

@@ -52,6 +52,10 @@ class FakeCoordinator:
     served: dict[tuple[str, str], bytes] = attrs.field(factory=dict)
     tokens: dict[str, str] = attrs.field(factory=dict)
     lease_failures: list[int | httpx.Response | type[Exception]] = attrs.field(factory=list)
+    register_failures: list[httpx.Response] = attrs.field(factory=list)
+    """Answers given to the next register calls, before any is taken."""
+    probation: int = 0
+    """The probation each register answer reports."""
     disabled_until_ms: int | None = None
     post_status: int = 200
     next_mode: str = "take"
@@ -166,6 +170,8 @@ class FakeCoordinator:
 
     def _register(self, body: dict[str, Any]) -> httpx.Response:
         self.registers.append(body)
+        if self.register_failures:
+            return self.register_failures.pop(0)
         key = body.get("key")
         minted = None
         if key is None:
@@ -184,6 +190,8 @@ class FakeCoordinator:
             "last_seen": 0,
             "node_id": self.keys[key],
         }
+        if self.probation:
+            answer["probation"] = self.probation
         if minted is not None:
             answer["key"] = minted
         return _answer(200, answer)

@@ -318,6 +318,32 @@ async def test_a_retry_after_is_the_least_wait_before_the_next_lease(
     assert any("HTTP 503: later; retrying in 20 s" in line for line in harness.lines)
 
 
+async def test_a_mint_refused_429_waits_its_retry_after_then_registers(
+    harness: Harness, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A network that minted its keys for this minute is answered 429: the node waits the
+    answer's Retry-After (not fatal, unlike other refusals) and mints then."""
+    limited = {"detail": "at most 10 node keys are minted per minute from one network"}
+    harness.fake.register_failures = [
+        httpx.Response(429, json=limited, headers={"Retry-After": "30"})
+    ]
+    start = trio.current_time()
+    await harness.loop_for(60.0)
+    assert len(harness.fake.registers) == 2
+    assert harness.fake.lease_times[0] - start >= 30
+    assert any("HTTP 429: at most 10 node keys" in line for line in harness.lines)
+    assert any(line.startswith("registered as ") for line in harness.lines)
+
+
+async def test_a_key_on_probation_is_told_so(
+    harness: Harness, autojump_clock: trio.testing.MockClock
+) -> None:
+    harness.fake.probation = 10
+    assert await harness.once() == 0
+    registered = [line for line in harness.lines if line.startswith("registered as ")]
+    assert registered[0].endswith("; on probation: the next 10 agreed answers earn nothing")
+
+
 async def test_a_late_post_is_reported_and_not_fatal(
     harness: Harness, autojump_clock: trio.testing.MockClock
 ) -> None:

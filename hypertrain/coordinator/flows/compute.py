@@ -1,18 +1,24 @@
 """The compute routes' transactions that are not the book's own (:mod:`.web.compute`).
 
+- :func:`register_for`: a register request in ONE write: :func:`~hypertrain.compute.
+  register_node` from the request's network (429 when it minted its limit, probation when it
+  had a node disabled in the last day), answered with the node's record, its probation and
+  its own and its network's strikes today;
 - :func:`receive_result`: a result post in ONE write: the node's key is authenticated (401
   missing, malformed or unknown; the node is marked seen), the body parsed as strict JSON
   (400), then :func:`~hypertrain.compute.submit_result` takes it (its own status table:
   200/410 answered, 400/403/404/409 refused). A refusal rolls the whole transaction back.
   When the post carries the node's next lease request (``next``; a malformed one is refused
   with the rest of the body, before anything changes) and the result is answered 200, the
-  same transaction then leases for it as :func:`lease_for_key` would, unless the node is
+  same transaction then leases for it as :func:`lease_for_key` would (from the network of
+  the post), unless the node is
   disabled by now (its own result may have struck it): no lease then, and the node's next
   plain lease is answered its 403. The caller holds a lease that got nothing as a poll;
 - :func:`lease_for_key`: a lease request in ONE write: the key authenticated (401; the node
   is marked seen), the body parsed (400 JSON, 400 naming the field), a disabled node answered
   with its :class:`~hypertrain.compute.wire.DisabledAnswer` (403, nothing else changes), else
-  :func:`~hypertrain.compute.lease` (the grant or None). A refusal rolls it all back;
+  :func:`~hypertrain.compute.lease` from the request's network (the grant or None; the
+  pairing rules of :mod:`hypertrain.compute.pairing` apply). A refusal rolls it all back;
 - :func:`input_of`: which object a node may download as an input of a copy it holds (403 not
   its lease, wrong token or past the deadline; 404 unknown copy or input name);
 - :func:`benchmark_target`: the run and round a benchmark measures on (409 when ambiguous);
@@ -34,17 +40,21 @@ from hypertrain.compute import (
     authenticate,
     get_node,
     iso_ms,
+    register_node,
     secret_matches,
 )
 from hypertrain.compute.leases import lease_read
 from hypertrain.compute.nodes import mark_seen, node_of_key
 from hypertrain.compute.results import check_result, take_result
 from hypertrain.compute.rows import get_copy, get_job
+from hypertrain.compute.sybils import strikes_today
 from hypertrain.compute.wire import (
     LEASE_HEADER,
     DisabledAnswer,
     ErrorAnswer,
     LeaseRequest,
+    RegisterAnswer,
+    RegisterRequest,
     ResultAnswer,
 )
 from hypertrain.coordinator.tables.runs import get_run, list_runs, next_round_w
@@ -63,6 +73,7 @@ __all__ = [
     "job_view",
     "lease_for_key",
     "receive_result",
+    "register_for",
 ]
 
 HIDDEN_TRACE: Final = "trace.u16"
@@ -84,6 +95,32 @@ Received = tuple[int, ResultAnswer | ErrorAnswer, NextLease | None, list[Event]]
 it (None: none was asked or taken) and the events of both."""
 
 
+def register_for(
+    conn: sqlite3.Connection,
+    req: RegisterRequest,
+    network: str | None,
+    now_ms: int,
+    *,
+    settings: ComputeSettings,
+) -> tuple[RegisterAnswer, list[Event]]:
+    """One register request's transaction (module doc)."""
+    node, minted, events = register_node(
+        conn,
+        key=req.key,
+        handle=req.handle or None,
+        capabilities=req.capabilities,
+        hardware=req.hardware,
+        now_ms=now_ms,
+        network=network,
+        account=req.account,
+        settings=settings,
+    )
+    networks = [] if node.network is None else [node.network]
+    per_node, per_network = strikes_today(conn, [node.node_id], networks, now_ms)
+    strikes = (per_node[node.node_id], sum(per_network.values()))
+    return node.register_answer(minted, strikes), events
+
+
 def receive_result(
     conn: sqlite3.Connection,
     key: str,
@@ -93,9 +130,11 @@ def receive_result(
     *,
     settings: ComputeSettings,
     lease: bool = True,
+    network: str | None = None,
 ) -> Received:
     """One result post, authentication, submission and the next lease together (module doc);
-    ``lease=False`` (the daemon stops): no lease, whatever the post asked."""
+    ``lease=False`` (the daemon stops): no lease, whatever the post asked; ``network``: the
+    post's source network."""
     node = authenticate(conn, key, now_ms)
     checked = check_result(conn, node, copy_id, parse_json(body))
     status, answer, events = take_result(conn, node, checked, now_ms, settings=settings)
@@ -105,7 +144,7 @@ def receive_result(
     node = get_node(conn, node.node_id)
     if node.disabled(now_ms):
         return status, answer, None, events
-    grant, leased = _lease_as_asked(conn, node, ask, now_ms, settings)
+    grant, leased = _lease_as_asked(conn, node, ask, now_ms, settings, network)
     return status, answer, (node, ask, grant), [*events, *leased]
 
 
@@ -114,9 +153,15 @@ Leased = tuple[Node, LeaseRequest, LeaseGrant | DisabledAnswer | None, list[Even
 
 
 def lease_for_key(
-    conn: sqlite3.Connection, key: str, body: bytes, now_ms: int, *, settings: ComputeSettings
+    conn: sqlite3.Connection,
+    key: str,
+    body: bytes,
+    now_ms: int,
+    *,
+    settings: ComputeSettings,
+    network: str | None = None,
 ) -> Leased:
-    """One lease request's transaction (module doc)."""
+    """One lease request's transaction from ``network`` (module doc)."""
     node = node_of_key(conn, key)  # marked seen by the lease, or below when disabled
     req = structure(LeaseRequest, parse_json(body))
     if node.disabled(now_ms):
@@ -128,14 +173,20 @@ def lease_for_key(
             reenable_at=iso_ms(until),
         )
         return node, req, disabled, []
-    grant, events = _lease_as_asked(conn, node, req, now_ms, settings)
+    grant, events = _lease_as_asked(conn, node, req, now_ms, settings, network)
     return attrs.evolve(node, last_seen_ms=now_ms), req, grant, events
 
 
 def _lease_as_asked(
-    conn: sqlite3.Connection, node: Node, ask: LeaseRequest, now_ms: int, settings: ComputeSettings
+    conn: sqlite3.Connection,
+    node: Node,
+    ask: LeaseRequest,
+    now_ms: int,
+    settings: ComputeSettings,
+    network: str | None,
 ) -> tuple[LeaseGrant | None, list[Event]]:
-    """:func:`~hypertrain.compute.leases.lease_read` for the capabilities and hardware asked."""
+    """:func:`~hypertrain.compute.leases.lease_read` for the capabilities and hardware asked,
+    from ``network``."""
     return lease_read(
         conn,
         node,
@@ -143,6 +194,7 @@ def _lease_as_asked(
         hardware=ask.hardware,
         now_ms=now_ms,
         settings=settings,
+        network=network,
     )
 
 

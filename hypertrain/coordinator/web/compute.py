@@ -19,7 +19,11 @@ Node keys travel as ``Authorization: Bearer ht_...``: missing, malformed or unkn
 naming the field): the bodies are the classes of :mod:`hypertrain.compute.wire`, which the node
 shares, decoded and encoded by the one converter. Register (:class:`~hypertrain.compute.wire.
 RegisterRequest`) answers the node's public record plus ``key`` only when one was minted (the
-only time a key is ever sent).
+only time a key is ever sent). Keyless minting is limited per source network
+(:mod:`.sources`): over ``HYPERTRAIN_COMPUTE_MINT_PER_MINUTE`` keys in a minute is 429 with
+``Retry-After`` and a detail naming the limit (:mod:`hypertrain.compute.sybils`); a register
+with ``account`` (a node key) mints a key of that key's account
+(:mod:`hypertrain.compute.pairing`).
 
 Lease and result are served as plain ASGI in front of this app (:mod:`.leasepath`, with the
 same answers and bounds; listed here for the URL map). Lease: ``{capabilities, hardware,
@@ -50,7 +54,11 @@ that a cycle is one request: a 200 result is then answered with the lease's answ
 :meth:`~hypertrain.coordinator.computehub.ComputeHub.publish`), which sends them on
 ``/v1/events`` as kind ``compute`` and wakes the waiters they concern.
 
-Status: the online nodes only, one page at a time (:mod:`hypertrain.compute.status`):
+Lease and result requests come from a source network too (:mod:`.sources`), which the
+pairing rules compare (:mod:`hypertrain.compute.pairing`).
+
+Status: the online nodes only (each with its probation and its own and its network's strikes
+today), one page at a time (:mod:`hypertrain.compute.status`):
 ``limit`` 1..:data:`~hypertrain.compute.status.PAGE_MAX` (default
 :data:`~hypertrain.compute.status.PAGE_DEFAULT`), ``after`` the ``next`` of the previous page (at
 most 64 characters); anything else is 400 naming the parameter.
@@ -84,7 +92,6 @@ from hypertrain.compute import (
     Node,
     authenticate,
     enqueue_step,
-    register_node,
     status,
     trace_event,
 )
@@ -111,6 +118,7 @@ from hypertrain.coordinator.flows.compute import (
     benchmark_target,
     input_of,
     job_view,
+    register_for,
 )
 from hypertrain.coordinator.flows.leaderboard import leaderboard_view, standing_view
 from hypertrain.coordinator.flows.pages import page_of
@@ -132,6 +140,7 @@ from hypertrain.coordinator.web.routedoc import (
     errors,
 )
 from hypertrain.coordinator.web.runs import PAGE_PARAMS
+from hypertrain.coordinator.web.sources import SourceNetworks
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import AuthError, Conflict, Malformed
 from hypertrain.protocol.jcs import parse_json
@@ -191,20 +200,16 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     async def node_of() -> Node:
         return await ctx.db.write(authenticate, key_of_request(), _now_ms(ctx))
 
+    sources = SourceNetworks.of(ctx.settings)
+
     async def post_register() -> Response:
         req = structure(RegisterRequest, await _json())
-        node, minted, events = await ctx.db.write(
-            partial(
-                register_node,
-                key=req.key,
-                handle=req.handle or None,
-                capabilities=req.capabilities,
-                hardware=req.hardware,
-                now_ms=_now_ms(ctx),
-            )
+        network = sources.of_scope(request.scope, req.key or None)
+        answer, events = await ctx.db.write(
+            partial(register_for, settings=hub.settings), req, network, _now_ms(ctx)
         )
         hub.publish(events)
-        return json_response(unstructure(node.register_answer(minted)))
+        return json_response(unstructure(answer))
 
     async def get_input(copy_id: str, name: str) -> Response:
         node = await node_of()
@@ -290,7 +295,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             summary="mint a node key (none sent) or attach one",
             body=RegisterRequest,
             answers={200: RegisterAnswer},
-            errors=errors(401, 409),
+            errors=errors(401, 409, 429),
         ),
     )
     app.asgi_app = serve_lease_path(  # type: ignore[method-assign,assignment]

@@ -21,8 +21,9 @@
   :data:`HEADERS_LIMIT` bytes in all are a 431 before any handler runs (hypercorn's own 16 KiB
   bound only fires while a head arrives in pieces).
 - :func:`install_error_handlers`: every :class:`ProtocolError` answers its status with
-  ``{"detail": ...}``; Quart's own 404/405/413/... answer JSON ``{"detail": ...}`` too; any
-  other exception is logged with its traceback and answers 500 ``{"detail": "internal error"}``
+  ``{"detail": ...}`` and its :meth:`~ProtocolError.headers` (a 429's ``Retry-After``);
+  Quart's own 404/405/413/... answer JSON ``{"detail": ...}`` too; any other exception is
+  logged with its traceback and answers 500 ``{"detail": "internal error"}``
   (so does one Quart catches after the handler returned, in ``after_request`` or while making
   the response: Quart logs it and hands a 500 here). ``trio.Cancelled`` and other
   ``BaseException``s are never caught. This is the only place errors become answers; once a
@@ -222,7 +223,7 @@ def install_converters(app: QuartTrio) -> None:
 
 
 async def _protocol_error(error: ProtocolError) -> Response:
-    return json_response(error.to_json(), error.status)
+    return json_response(error.to_json(), error.status, headers=error.headers() or None)
 
 
 async def _http_exception(error: HTTPException) -> Response:

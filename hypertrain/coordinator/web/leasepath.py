@@ -17,7 +17,8 @@ which still lists both routes: 405 for other methods) with every guarantee of a 
 - early answers are made safe for keep-alive by ``serve_asgi``'s ``guard_unread_bodies``, as
   every answer of the app is (DESIGN.md section 9);
 - ONE write transaction per request (:meth:`~hypertrain.coordinator.computehub.ComputeHub.
-  write`): a lease authenticates and leases together
+  write`), leasing from the request's source network (:mod:`.sources`; a held poll keeps
+  it): a lease authenticates and leases together
   (:func:`~hypertrain.coordinator.flows.compute.lease_for_key`), a result authenticates and
   submits together (:func:`~hypertrain.coordinator.flows.compute.receive_result`); the body
   is parsed once, inside it. A poll that got nothing is held (route doc in :mod:`.compute`):
@@ -103,6 +104,7 @@ from hypertrain.coordinator.web.http import (
     too_large,
     too_slow,
 )
+from hypertrain.coordinator.web.sources import SourceNetworks
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import AuthError, ProtocolError
 from nurseries import (
@@ -218,6 +220,7 @@ def serve_lease_path(
 ) -> ASGIApp:
     """``app`` with the lease path served in front of it (module doc)."""
     hub = ctx.compute
+    sources = SourceNetworks.of(ctx.settings)
     known: set[str] = set()
     turns = trio.Semaphore(answers_at_once)  # FIFO: trio's semaphore parks in a ParkingLot
 
@@ -232,11 +235,13 @@ def serve_lease_path(
                 known.clear()
             known.add(digest)
 
-    async def hold(watch: DisconnectWatch, node: Node, req: LeaseRequest) -> LeaseGrant | None:
+    async def hold(
+        watch: DisconnectWatch, node: Node, req: LeaseRequest, network: str | None
+    ) -> LeaseGrant | None:
         """The long poll of a node that got nothing (route doc in :mod:`.compute`)."""
         wait_ms = LONG_POLL_MS if req.wait_ms is None else req.wait_ms
         deadline = trio.current_time() + wait_ms / 1000
-        ask = LeaseAsk(node, req.capabilities, req.hardware)
+        ask = LeaseAsk(node, req.capabilities, req.hardware, network)
         hops = 0  # a wake this poll holds for a new copy (ComputeHub: hand it on if unused)
         try:
             while trio.current_time() < deadline:
@@ -263,6 +268,7 @@ def serve_lease_path(
                         hardware=req.hardware,
                         now_ms=now_ms(),
                         settings=hub.settings,
+                        network=network,
                     )
                 )
                 if grant is not None:
@@ -292,6 +298,7 @@ def serve_lease_path(
         exchange: _Exchange,
         node: Node,
         req: LeaseRequest,
+        network: str | None,
         answer_of: Callable[[LeaseAnswer | None], Any],
     ) -> None:
         """Hold the poll, then send its answer in turn (module doc); ``answer_of`` makes the
@@ -302,7 +309,7 @@ def serve_lease_path(
         try:
             async with open_disconnect_watch(exchange.receive) as watch:
                 try:
-                    grant = await hold(watch, node, req)
+                    grant = await hold(watch, node, req, network)
                     metrics.on_lease(_lease_outcome(grant))
                     obj = answer_of(LeaseAnswer(grant))
                 except _Stopping:
@@ -326,15 +333,16 @@ def serve_lease_path(
         key = exchange.node_key(well_formed=True)
         await check_known(key)
         body = await exchange.body(BODY_LIMIT)
+        network = sources.of_scope(exchange.scope, key)
         node, req, outcome, _ = await hub.write(
-            partial(lease_for_key, settings=hub.settings), key, body, now_ms()
+            partial(lease_for_key, settings=hub.settings, network=network), key, body, now_ms()
         )
         if outcome is not None and not isinstance(outcome, LeaseGrant):
             metrics.on_lease("refused")
             await exchange.answer(403, unstructure(outcome))
             return
         if outcome is None and req.wait_ms != 0:
-            await answer_held(exchange, node, req, _lease_answer)
+            await answer_held(exchange, node, req, network, _lease_answer)
             return
         metrics.on_lease(_lease_outcome(outcome))
         await deliver(exchange, unstructure(LeaseAnswer(outcome)), outcome)
@@ -342,8 +350,14 @@ def serve_lease_path(
     async def post_result(exchange: _Exchange, copy_id: str) -> None:
         key = exchange.node_key(well_formed=False)  # the rest in the transaction, after the body
         body = await exchange.body(BODY_LIMIT)
+        network = sources.of_scope(exchange.scope, key)
         code, answer, leased, _ = await hub.write(
-            partial(receive_result, settings=hub.settings, lease=not ctx.stopping.is_set()),
+            partial(
+                receive_result,
+                settings=hub.settings,
+                lease=not ctx.stopping.is_set(),
+                network=network,
+            ),
             key,
             copy_id,
             body,
@@ -360,7 +374,7 @@ def serve_lease_path(
                 # None (the daemon stops): the result's answer without ``next`` (module doc)
                 return unstructure(attrs.evolve(answer, next=next_answer))
 
-            await answer_held(exchange, node, req, with_next)
+            await answer_held(exchange, node, req, network, with_next)
             return
         metrics.on_lease(_lease_outcome(grant))
         await deliver(exchange, unstructure(attrs.evolve(answer, next=LeaseAnswer(grant))), grant)

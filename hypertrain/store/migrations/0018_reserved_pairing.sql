@@ -1,2 +1,0 @@
--- 0018_reserved_pairing: a placeholder that keeps the migration sequence gapless on branch board, whose own
--- migration is 0019. The real 0018 comes with issue 19 items 1+2 (branch pairing); drop this file when merging it.
