@@ -25,9 +25,10 @@ from hypertrain.compute import (
 from hypertrain.coordinator.flows.rescores import draw_rescores, record_rescore
 from hypertrain.store import Database, open_database
 from nurseries import FixedClock
-from tests.compute.support import FP, LOSS, T0, Book, good
+from tests.compute.support import ANY_AGE, FP, LOSS, T0, Book, good
 
-ALL = ComputeSettings(audit_permille=1000)
+ALL = attrs.evolve(ANY_AGE, audit_permille=1000)
+"""Every agreement drawn; keys of any age paired (the book's test default)."""
 RUN = "ab" * 32
 
 
@@ -100,7 +101,7 @@ async def test_a_lagging_store_draws_past_the_round_the_wall_clock_made_due(
     round 9's randomness, so the draw round is 10; had the daemon missed round 10, the first
     stored round after it decides."""
     async with _open(tmp_path / "s.db") as db:
-        book = Book(db, ComputeSettings(audit_permille=500))
+        book = Book(db, attrs.evolve(ANY_AGE, audit_permille=500))
         await db.write(lambda c: [_store_round(c, r) for r in range(1, 6)])
         job = await _agreed(book)
         await _draw(db, due=9, settings=book.settings)
