@@ -1,0 +1,1 @@
+-- 0018_placeholder_pairing: reserved for issue 19's pairing branch; the merger drops this file for that branch's own 0018.

@@ -1,0 +1,1 @@
+-- 0019_placeholder_board: reserved for issue 19's board branch; the merger drops this file for that branch's own 0019.

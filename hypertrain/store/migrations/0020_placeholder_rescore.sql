@@ -1,0 +1,1 @@
+-- 0020_placeholder_rescore: reserved for issue 19's rescore branch; the merger drops this file for that branch's own 0020.
