@@ -14,7 +14,9 @@ Promises of :func:`lease`:
   is in the registry at the job's version; the challenge's capability (its base id) is in the
   node's list; for a timing challenge the node's hardware equals the challenge's class; and the
   node never held ANY copy of that job (expired, released and answered ones included; the
-  store's unique index on (job, node) enforces it too).
+  store's unique index on (job, node) enforces it too); and, for a slice of a hidden step,
+  the node holds no other slice of that hidden window (:mod:`.slices`: the grant binds the
+  node to its slice of the window, for every later step of the window too).
 - The grant (:class:`~hypertrain.compute.wire.LeaseGrant`) carries a fresh lease token,
   returned only here and stored hashed, and ``deadline_ms = now + kill_after_ms +
   lease_grace_ms``; a result counts up to and including that millisecond. Nothing eligible:
@@ -46,6 +48,7 @@ from hypertrain.compute.nodes import (
     set_profile,
 )
 from hypertrain.compute.rows import JOB_COLUMNS, job_from_row
+from hypertrain.compute.slices import LEASE_GUARD, bind_holder, slice_of
 from hypertrain.compute.wire import LeaseGrant
 from hypertrain.protocol.errors import Forbidden
 from hypertrain.scoring.registry import REGISTRY, Challenge, get_challenge
@@ -126,8 +129,8 @@ def _grant(
         f" AND ({which})"
         " AND NOT EXISTS (SELECT 1 FROM compute_copies o"
         "                 WHERE o.job_id = c.job_id AND o.node_id = ?)"
-        " ORDER BY c.queued_ms, c.rowid LIMIT 1",
-        params,
+        f"{LEASE_GUARD} ORDER BY c.queued_ms, c.rowid LIMIT 1",
+        [*params, node_id],
     ).fetchone()
     if row is None:
         return None, []
@@ -141,6 +144,8 @@ def _grant(
         " deadline_ms = ? WHERE copy_id = ?",
         (node_id, secret_hash(token), now_ms, deadline, copy_id),
     )
+    bind_holder(conn, job.job_id, node_id, now_ms)
+    sliced = slice_of(conn, job.job_id)
     grant = LeaseGrant(
         copy_id=copy_id,
         job_id=job.job_id,
@@ -156,6 +161,7 @@ def _grant(
         objective=challenge.objective,
         token=token,
         deadline_ms=deadline,
+        window=None if sliced is None else sliced.window,
     )
     return grant, [("lease", {"job": job.job_id, "challenge": challenge.id, "trace": job.step})]
 

@@ -28,6 +28,8 @@ compute_credit             HYPERTRAIN_COMPUTE_CREDIT                            
 compute_wait_ms            HYPERTRAIN_COMPUTE_WAIT_MS                                   20000
 compute_pool               HYPERTRAIN_COMPUTE_POOL                                      cores
 trace_samples              HYPERTRAIN_TRACE_SAMPLES                                     32
+hidden_slices              HYPERTRAIN_HIDDEN_SLICES                                     4
+hidden_rotate_rounds       HYPERTRAIN_HIDDEN_ROTATE_ROUNDS                              10
 checkpoint_every           HYPERTRAIN_CHECKPOINT_EVERY                                  10
 checkpoint_license         HYPERTRAIN_CHECKPOINT_LICENSE                                NOASSERTION
 dataset_name               HYPERTRAIN_DATASET_NAME                                      NOASSERTION
@@ -226,6 +228,8 @@ _KEYS: Final = (
     _Key("compute_wait_ms", _int(0), env="HYPERTRAIN_COMPUTE_WAIT_MS"),
     _Key("compute_pool", _int(1, 256), env="HYPERTRAIN_COMPUTE_POOL"),
     _Key("trace_samples", _int(1, 4096), env="HYPERTRAIN_TRACE_SAMPLES"),
+    _Key("hidden_slices", _int(1, 4096), env="HYPERTRAIN_HIDDEN_SLICES"),
+    _Key("hidden_rotate_rounds", _int(1), env="HYPERTRAIN_HIDDEN_ROTATE_ROUNDS"),
     _Key("checkpoint_every", _int(1), env="HYPERTRAIN_CHECKPOINT_EVERY"),
     _Key("checkpoint_license", _text, env="HYPERTRAIN_CHECKPOINT_LICENSE"),
     _Key("dataset_name", _text, env="HYPERTRAIN_DATASET_NAME"),
