@@ -16,6 +16,12 @@ time ``now_ms`` from its caller and returns the events to publish as ``(kind, pa
 :func:`settle_trusted` (:mod:`.fallback`);
 :func:`status` (:mod:`.status`). Tables: ``0008_compute.sql``.
 
+Hidden-trace shards (issue 19 items 4 and 5; ``0021_hidden_slices.sql``): :mod:`.slices`
+(a hidden step as one job per slice of its window, one slice of a window per node, the
+rotation's retirement of old windows; imported from there, not re-exported) and
+:mod:`.combined` (a sliced step read as one job, its score the exact combination of its
+slices': :func:`job_scores` and :func:`jobs_of_subjects` return it).
+
 Life of a step: ``enqueue_step`` -> two queued copies -> ``lease`` (two different nodes) ->
 ``submit_result`` x2 -> agreement (settled, both paid) | split (third copy, majority, minority
 struck) | fallback (``fallback_due``/rules -> the trusted evaluator -> ``settle_trusted``).

@@ -31,7 +31,7 @@ from typing import Any, Final, Literal
 
 from hypertrain.compute.answers import Answer
 from hypertrain.compute.model import Job
-from hypertrain.compute.rows import JOB_COLUMNS, job_from_row
+from hypertrain.compute.rows import JOB_COLUMNS_J, job_from_row
 from hypertrain.compute.wire import InputFile
 from hypertrain.scoring.slices import combine
 
@@ -39,7 +39,6 @@ __all__ = ["combine_slices", "combined_steps"]
 
 _SUBJECTS_PER_QUERY: Final = 500
 _HOW_ORDER: Final = ("fallback", "third-copy", "agreement")
-_J_COLUMNS: Final = ", ".join(f"j.{c.strip()}" for c in JOB_COLUMNS.split(","))
 
 
 def _combined_result(jobs: Sequence[Job]) -> dict[str, Any]:
@@ -105,7 +104,7 @@ def combined_steps(conn: sqlite3.Connection, subjects: Sequence[str]) -> dict[st
     for start in range(0, len(subjects), _SUBJECTS_PER_QUERY):
         chunk = list(subjects[start : start + _SUBJECTS_PER_QUERY])
         rows = conn.execute(
-            f"SELECT s.step_subject, w.epoch, w.window, w.slices, {_J_COLUMNS}"
+            f"SELECT s.step_subject, w.epoch, w.window, w.slices, {JOB_COLUMNS_J}"
             " FROM hidden_slice_jobs s JOIN hidden_windows w USING (window)"
             " JOIN compute_jobs j USING (job_id)"
             f" WHERE s.step_subject IN ({', '.join('?' * len(chunk))})"

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import Final
 
 import attrs
 
@@ -47,15 +46,13 @@ from hypertrain.compute.nodes import (
     normalise_hardware,
     set_profile,
 )
-from hypertrain.compute.rows import JOB_COLUMNS, job_from_row
+from hypertrain.compute.rows import JOB_COLUMNS_J, job_from_row
 from hypertrain.compute.slices import LEASE_GUARD, bind_holder, slice_of
 from hypertrain.compute.wire import LeaseGrant
 from hypertrain.protocol.errors import Forbidden
 from hypertrain.scoring.registry import REGISTRY, Challenge, get_challenge
 
 __all__ = ["LeaseAsk", "eligible_challenges", "hand_out", "lease", "lease_read"]
-
-_JOB_COLUMNS_J: Final = ", ".join(f"j.{c.strip()}" for c in JOB_COLUMNS.split(","))
 
 
 def eligible_challenges(capabilities: tuple[str, ...], hardware: str) -> list[Challenge]:
@@ -123,7 +120,7 @@ def _grant(
         params += [c.id, c.version]
     params.append(node_id)
     row = conn.execute(
-        f"SELECT c.copy_id, {_JOB_COLUMNS_J}"
+        f"SELECT c.copy_id, {JOB_COLUMNS_J}"
         " FROM compute_copies c JOIN compute_jobs j USING (job_id)"
         " WHERE c.state = 'queued' AND j.state = 'queued' AND j.wait_deadline_ms > ?"
         f" AND ({which})"

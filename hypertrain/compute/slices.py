@@ -43,7 +43,7 @@ import attrs
 from hypertrain.compute.answers import Answer
 from hypertrain.compute.jobs import canonical_subject, enqueue_step
 from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event, Job
-from hypertrain.compute.rows import JOB_COLUMNS, job_from_row
+from hypertrain.compute.rows import JOB_COLUMNS_J, job_from_row
 from hypertrain.compute.transitions import end_unscored
 from hypertrain.compute.wire import InputFile
 from hypertrain.protocol.converter import structure, unstructure
@@ -263,7 +263,7 @@ def retire_windows(
     for window in old:
         conn.execute("UPDATE hidden_windows SET retired_ms = ? WHERE window = ?", (now_ms, window))
         rows = conn.execute(
-            f"SELECT s.step_subject, {', '.join(f'j.{c.strip()}' for c in JOB_COLUMNS.split(','))}"
+            f"SELECT s.step_subject, {JOB_COLUMNS_J}"
             " FROM hidden_slice_jobs s JOIN compute_jobs j USING (job_id)"
             " WHERE s.window = ? AND j.state = 'queued' ORDER BY j.job_id",
             (window,),
