@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trio
 import trio.testing
@@ -78,9 +79,13 @@ def _trace_url(job: dict[str, Any]) -> str:
     return f"/v1/compute/jobs/{job['id']}/inputs/trace.u16"
 
 
-def _slice_answer(job: dict[str, Any], window: str) -> dict[str, Any]:
+async def _post_slice(
+    client: httpx.AsyncClient, node: dict[str, Any], job: dict[str, Any], window: str
+) -> httpx.Response:
+    """``node``'s answer to its copy ``job`` of a slice, scored on ``window``."""
     result = {**summarise([1.25, 2.5]), "wallMs": 3}
-    return {"lease": job["lease"], "ok": True, "result": result, "window": window}
+    body = {"lease": job["lease"], "ok": True, "result": result, "window": window}
+    return await client.post(f"/v1/compute/jobs/{job['id']}/result", json=body, headers=_auth(node))
 
 
 async def test_a_node_never_leases_nor_fetches_a_second_slice_of_a_window(
@@ -152,28 +157,16 @@ async def test_a_rotation_rescores_on_the_new_window_and_refuses_the_old_one(
             objects,
         )
         # The old window's queued slices ended: a late answer counts for nothing.
-        late = await client.post(
-            f"/v1/compute/jobs/{stale['id']}/result",
-            json=_slice_answer(stale, old.window),
-            headers=_auth(x),
-        )
+        late = await _post_slice(client, x, stale, old.window)
         assert late.status_code == 410, late.text
         assert "rotated out" in late.json()["detail"]
         # Re-scored on the new window: the last round's step, and the merged theta.
         fresh = (await _lease(client, y, 0)).json()["job"]
         assert fresh["window"] == new.window
-        named_old = await client.post(
-            f"/v1/compute/jobs/{fresh['id']}/result",
-            json=_slice_answer(fresh, old.window),
-            headers=_auth(y),
-        )
+        named_old = await _post_slice(client, y, fresh, old.window)
         assert named_old.status_code == 409, named_old.text
         assert "stale hidden window" in named_old.json()["detail"]
-        ok = await client.post(
-            f"/v1/compute/jobs/{fresh['id']}/result",
-            json=_slice_answer(fresh, new.window),
-            headers=_auth(y),
-        )
+        ok = await _post_slice(client, y, fresh, new.window)
         assert ok.status_code == 200, ok.text
         steps = await handle.ctx.db.read(_slice_steps)
         (step,) = await handle.ctx.db.read(job_scores, STEP)
