@@ -54,9 +54,10 @@ async def test_the_hidden_window_rotates_and_the_frontier_is_scored_again(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     async with (
-        _daemon_with_holdout(
-            tmp_path, data_dir, hidden_slices=SLICES, hidden_rotate_rounds=1
-        ) as (handle, transport),
+        _daemon_with_holdout(tmp_path, data_dir, hidden_slices=SLICES, hidden_rotate_rounds=1) as (
+            handle,
+            transport,
+        ),
         httpx.AsyncClient(transport=transport, base_url=API) as client,
     ):
         objects_dir = tmp_path / "state" / "objects"
@@ -79,7 +80,7 @@ async def test_the_hidden_window_rotates_and_the_frontier_is_scored_again(
         (0, 0, True),
         (1, SAMPLES, False),
     ]
-    for epoch, window, first, files, _ in windows:
+    for _, window, first, files, _ in windows:
         rows = holdout.samples([(first + i) % total for i in range(SAMPLES)])
         assert read(window).read_bytes() == np.ascontiguousarray(rows, dtype="<u2").tobytes()
         parts = [read(f["sha256"]).read_bytes() for f in json.loads(files)]

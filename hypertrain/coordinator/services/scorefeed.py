@@ -40,7 +40,7 @@ import json
 import logging
 from functools import partial
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import attrs
 import numpy as np
@@ -54,8 +54,6 @@ from hypertrain.coordinator.flows.hiddenwindows import epoch_for, open_window
 from hypertrain.coordinator.flows.scoring import BATCH, enqueue_scoring, run_scoring_facts
 from hypertrain.coordinator.tables.miners import get_round_state
 from hypertrain.coordinator.tables.scoring import (
-    PRIVATE_KINDS,
-    Kind,
     Upload,
     UploadKey,
     get_input,
@@ -84,6 +82,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 IDLE_WAIT: Final = 30.0
+
+SharedKind = Literal["model", "public"]
+"""The per-run inputs the feed builds (``scoring_inputs``; a daemon before hidden windows also
+stored a ``hidden`` one there, which nothing reads any more)."""
 
 
 def _rows_bytes(rows: Any) -> bytes:
@@ -121,17 +123,16 @@ class ScoreFeed:
             with trio.move_on_after(IDLE_WAIT if after is None else 0):
                 await self.ctx.beacon.wait_round(target)
 
-    async def _store(self, run_id: str, kind: Kind, data: bytes) -> tuple[str, int]:
-        info = await self.ctx.objects.put_bytes(data, private=kind in PRIVATE_KINDS)
+    async def _store(self, run_id: str, kind: SharedKind, data: bytes) -> tuple[str, int]:
+        info = await self.ctx.objects.put_bytes(data)
         await self.ctx.db.write(put_input, run_id, kind, info, int(self.ctx.wall.now()))
         return info.sha256, info.size
 
-    async def shared(self, run_id: str, kind: Kind) -> tuple[str, int] | None:
-        """The run's ``kind`` object, built on first use (module doc); None when it cannot be."""
+    async def shared(self, run_id: str, kind: SharedKind) -> tuple[str, int] | None:
+        """The run's ``kind`` object, built on first use (module doc); None when it cannot be.
+        (The hidden trace is a window's: :meth:`hidden_window`.)"""
         found = await self.ctx.db.read(get_input, run_id, kind)
         if found is not None:
-            if kind in PRIVATE_KINDS:  # stored world-readable by an older version
-                self.ctx.objects.make_private(found[0])
             return found
         manifest, dataset_sha = await self.ctx.db.read(run_scoring_facts, run_id)
         if kind == "model":
@@ -140,14 +141,10 @@ class ScoreFeed:
             self._warn_once(run_id, "dataset", "no dataset registered: deltas are not scored")
             return None
         seq_len, n = manifest.model.seq_len, self.ctx.settings.trace_samples
-        if kind == "public":
-            dataset = structure(
-                DatasetManifest, json.loads(await self.ctx.objects.get(dataset_sha))
-            )
-            shard = await self.ctx.objects.get(dataset.shard_sha256s[0])
-            row_bytes = 2 * (seq_len + 1)
-            return await self._store(run_id, kind, shard[: n * row_bytes])
-        return None  # the hidden trace is a window's (hidden_window)
+        dataset = structure(DatasetManifest, json.loads(await self.ctx.objects.get(dataset_sha)))
+        shard = await self.ctx.objects.get(dataset.shard_sha256s[0])
+        row_bytes = 2 * (seq_len + 1)
+        return await self._store(run_id, kind, shard[: n * row_bytes])
 
     async def hidden_window(self, run_id: str, w: int) -> Window | None:
         """The hidden window round ``w``'s hidden steps are scored on, built and recorded on
