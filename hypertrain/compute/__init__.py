@@ -24,6 +24,12 @@ probation by :mod:`.sybils`); :func:`enqueue_step`,
 (:mod:`.leaderboard`). Tables: ``0008_compute.sql`` (the leaderboard's index: ``0019``),
 ``0020_compute_rescores.sql``.
 
+Hidden-trace shards (issue 19 items 4 and 5; ``0021_hidden_slices.sql``): :mod:`.slices`
+(a hidden step as one job per slice of its window, one slice of a window per node, the
+rotation's retirement of old windows; imported from there, not re-exported) and
+:mod:`.combined` (a sliced step read as one job, its score the exact combination of its
+slices': :func:`job_scores` and :func:`jobs_of_subjects` return it).
+
 Life of a step: ``enqueue_step`` -> two queued copies -> ``lease`` (two nodes the pairing
 rules allow together: not one account, not one network, not two young keys) ->
 ``submit_result`` x2 -> agreement (settled, both paid) | split (third copy, majority, minority

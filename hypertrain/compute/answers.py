@@ -22,6 +22,10 @@ field, otherwise):
   numbers, 0 and -0 are refused.
 - ``fingerprint``: 8-128 lower-case hex characters. ``wallMs``: a non-negative int (at most
   :data:`MAX_WALL_MS`), kept for display only, never compared.
+- ``delta-loss`` only: ``losses``, the per-sequence losses (:mod:`hypertrain.scoring.slices`),
+  is kept when present and must give back the answer's loss, fingerprint and ``sequences``
+  (it is never compared on its own: equal fingerprints mean equal losses). A slice of a hidden
+  step needs it (:func:`hypertrain.compute.slices.check_slice_answer`).
 - ``ok: false`` carries a failure class in ``class`` (``timeout``, ``oom``, ``bad-input``,
   ``crash``; a missing or unknown class string is ``crash``); ``result`` must be absent or
   null; ``error`` is optional text kept only for display, cut to :data:`ERROR_TEXT_LIMIT`.
@@ -44,7 +48,8 @@ import attrs
 
 from hypertrain.compute.wire import ResultPost
 from hypertrain.protocol.errors import Malformed
-from hypertrain.scoring.registry import FAILURE_CLASSES, Challenge, FailureClass
+from hypertrain.scoring.registry import DELTA_LOSS, FAILURE_CLASSES, Challenge, FailureClass
+from hypertrain.scoring.slices import check_losses
 
 __all__ = [
     "ERROR_TEXT_LIMIT",
@@ -82,12 +87,21 @@ class Answer:
     """Informational only; never compared."""
     error: str | None = None
     """Display only; never compared."""
+    losses: str | None = None
+    """``delta-loss``: the per-sequence losses as hex; fixed by the fingerprint, not compared."""
 
     @classmethod
     def success(
-        cls, objective: str | float, fingerprint: str, *, wall_ms: int | None = None
+        cls,
+        objective: str | float,
+        fingerprint: str,
+        *,
+        wall_ms: int | None = None,
+        losses: str | None = None,
     ) -> Answer:
-        return cls(ok=True, objective=objective, fingerprint=fingerprint, wall_ms=wall_ms)
+        return cls(
+            ok=True, objective=objective, fingerprint=fingerprint, wall_ms=wall_ms, losses=losses
+        )
 
     @classmethod
     def failed(cls, failure: FailureClass, *, error: str | None = None) -> Answer:
@@ -111,12 +125,15 @@ class Answer:
             return {"busy": True, "ok": False}
         if not self.ok:
             return {"ok": False, "class": self.failure, "error": self.error}
-        return {
+        stored: dict[str, Any] = {
             "ok": True,
             "objective": self.objective,
             "fingerprint": self.fingerprint,
             "wall_ms": self.wall_ms,
         }
+        if self.losses is not None:
+            stored["losses"] = self.losses
+        return stored
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Answer:
@@ -125,7 +142,12 @@ class Answer:
             return cls.busy_answer()
         if not data["ok"]:
             return cls.failed(data["class"], error=data.get("error"))
-        return cls.success(data["objective"], data["fingerprint"], wall_ms=data.get("wall_ms"))
+        return cls.success(
+            data["objective"],
+            data["fingerprint"],
+            wall_ms=data.get("wall_ms"),
+            losses=data.get("losses"),
+        )
 
 
 def answer_of(challenge: Challenge, post: ResultPost) -> Answer:
@@ -192,7 +214,13 @@ def _parse_success(challenge: Challenge, result: Mapping[str, Any] | None) -> An
     wall_ms = result.get("wallMs")
     if type(wall_ms) is not int or not 0 <= wall_ms <= MAX_WALL_MS:
         raise Malformed("result.wallMs: a non-negative integer of milliseconds")
-    return Answer.success(objective, fingerprint, wall_ms=wall_ms)
+    losses = None
+    if challenge.capability == DELTA_LOSS.id and "losses" in result:
+        try:
+            losses = check_losses(result)
+        except ValueError as e:
+            raise Malformed(f"result.{e}") from e
+    return Answer.success(objective, fingerprint, wall_ms=wall_ms, losses=losses)
 
 
 def _timing_objective(name: str, value: object) -> float:

@@ -12,7 +12,9 @@ Promises:
   :class:`~hypertrain.compute.wire.InputFile`). Unknown challenge: ``NotFound``; a bad subject,
   step or input list: ``Malformed``.
 - :func:`job_scores` lists the jobs of a subject with their state and settled result, for the
-  round view and the aggregator. :func:`pending_fallbacks` lists the jobs waiting for the
+  round view and the aggregator; a hidden step cut into slices (:mod:`hypertrain.compute.
+  slices`) is listed as one job combined from them (:mod:`hypertrain.compute.combined`).
+  :func:`pending_fallbacks` lists the jobs waiting for the
   trusted evaluator (the fallback service's work list, also after a restart).
 """
 
@@ -24,6 +26,7 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from hypertrain.compute.combined import combined_steps
 from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event, Job
 from hypertrain.compute.rows import JOB_COLUMNS, job_from_row
 from hypertrain.compute.wire import InputFile
@@ -118,12 +121,9 @@ def queued_event(job_id: str, challenge: str, step: str, copies: int) -> Event:
 
 
 def job_scores(conn: sqlite3.Connection, subject: Mapping[str, Any]) -> list[Job]:
-    """Every job of ``subject`` (any state), by step then challenge."""
-    rows = conn.execute(
-        f"SELECT {JOB_COLUMNS} FROM compute_jobs WHERE subject = ? ORDER BY step, challenge",
-        (canonical_subject(subject),),
-    ).fetchall()
-    return [job_from_row(r) for r in rows]
+    """Every job of ``subject`` (any state), by step then challenge; a sliced hidden step is
+    one job combined from its slices (:mod:`hypertrain.compute.combined`)."""
+    return jobs_of_subjects(conn, [subject])[0]
 
 
 _SUBJECTS_PER_QUERY: Final = 500
@@ -136,7 +136,7 @@ def jobs_of_subjects(
 ) -> list[list[Job]]:
     """:func:`job_scores` of each of ``subjects``, in their order, in one statement per
     :data:`_SUBJECTS_PER_QUERY` subjects (each a search of the ``(subject, step, challenge)``
-    index)."""
+    index), and one more for their sliced hidden steps."""
     texts = [canonical_subject(subject) for subject in subjects]
     found: dict[str, list[Job]] = {text: [] for text in texts}
     for start in range(0, len(texts), _SUBJECTS_PER_QUERY):
@@ -149,6 +149,9 @@ def jobs_of_subjects(
         for row in rows:
             job = job_from_row(row)
             found[row[_SUBJECT]].append(job)
+    for text, step in combined_steps(conn, texts).items():
+        found[text].append(step)
+        found[text].sort(key=lambda job: (job.step, job.challenge))
     return [found[text] for text in texts]
 
 

@@ -17,7 +17,10 @@ Promises of :func:`lease`:
   store's unique index on (job, node) enforces it too); and the pairing rules allow the node,
   leasing from ``network``, beside the job's other live or answered copies
   (:mod:`.pairing`: not its account, not its network, not two unestablished nodes). The
-  copy records the ``network`` it was leased from, and so does the node (its latest).
+  copy records the ``network`` it was leased from, and so does the node (its latest). For a
+  slice of a hidden step, the node holds no other slice of that hidden window
+  (:mod:`.slices`: the grant binds the node to its slice of the window, for every later step
+  of the window too).
 - The grant (:class:`~hypertrain.compute.wire.LeaseGrant`) carries a fresh lease token,
   returned only here and stored hashed, and ``deadline_ms = now + kill_after_ms +
   lease_grace_ms``; a result counts up to and including that millisecond. Nothing eligible:
@@ -48,7 +51,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import Final
 
 import attrs
 
@@ -61,14 +63,13 @@ from hypertrain.compute.nodes import (
     set_profile,
 )
 from hypertrain.compute.pairing import pairing_clause
-from hypertrain.compute.rows import JOB_COLUMNS, get_copy, get_job, job_from_row
+from hypertrain.compute.rows import JOB_COLUMNS_J, get_copy, get_job, job_from_row
+from hypertrain.compute.slices import LEASE_GUARD, bind_holder, slice_of
 from hypertrain.compute.wire import LeaseGrant
 from hypertrain.protocol.errors import Forbidden
 from hypertrain.scoring.registry import REGISTRY, Challenge, get_challenge
 
 __all__ = ["LeaseAsk", "eligible_challenges", "hand_out", "lease", "lease_read", "return_unsent"]
-
-_JOB_COLUMNS_J: Final = ", ".join(f"j.{c.strip()}" for c in JOB_COLUMNS.split(","))
 
 
 def eligible_challenges(capabilities: tuple[str, ...], hardware: str) -> list[Challenge]:
@@ -141,15 +142,15 @@ def _grant(
     params.append(node_id)
     paired, pairing_params = pairing_clause(node, network, now_ms, settings)
     row = conn.execute(
-        f"SELECT c.copy_id, {_JOB_COLUMNS_J}"
+        f"SELECT c.copy_id, {JOB_COLUMNS_J}"
         " FROM compute_copies c JOIN compute_jobs j USING (job_id)"
         " WHERE c.state = 'queued' AND j.state = 'queued' AND j.wait_deadline_ms > ?"
         f" AND ({which})"
         " AND NOT EXISTS (SELECT 1 FROM compute_copies o"
         "                 WHERE o.job_id = c.job_id AND o.node_id = ?)"
         f" AND {paired}"
-        " ORDER BY c.queued_ms, c.rowid LIMIT 1",
-        [*params, *pairing_params],
+        f"{LEASE_GUARD} ORDER BY c.queued_ms, c.rowid LIMIT 1",
+        [*params, *pairing_params, node_id],
     ).fetchone()
     if row is None:
         return None, []
@@ -163,6 +164,8 @@ def _grant(
         " deadline_ms = ?, network = ? WHERE copy_id = ?",
         (node_id, secret_hash(token), now_ms, deadline, network, copy_id),
     )
+    bind_holder(conn, job.job_id, node_id, now_ms)
+    sliced = slice_of(conn, job.job_id)
     grant = LeaseGrant(
         copy_id=copy_id,
         job_id=job.job_id,
@@ -178,6 +181,7 @@ def _grant(
         objective=challenge.objective,
         token=token,
         deadline_ms=deadline,
+        window=None if sliced is None else sliced.window,
     )
     return grant, [("lease", {"job": job.job_id, "challenge": challenge.id, "trace": job.step})]
 

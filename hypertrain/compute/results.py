@@ -9,7 +9,10 @@ order: ``NotFound`` 404 unknown copy; ``Forbidden`` 403 a copy not leased to thi
 converter) or whose answer :func:`answers.answer_of` refuses for the job's challenge;
 ``Forbidden`` 403 a lease token that is not this copy's (a body posted to another copy carries
 the wrong token and is refused outright); ``Conflict`` 409 an answer different from the one
-already recorded for the copy. None of these strikes anyone. :func:`submit_result` is
+already recorded for the copy; and for a slice of a hidden step (:func:`slices.
+check_slice_answer`), after the token: ``Malformed`` 400 an ok answer without its
+per-sequence ``losses``, ``Conflict`` 409 a ``window`` that is not the copy's (a stale hidden
+window). None of these strikes anyone. :func:`submit_result` is
 :func:`check_result` (every refusal but the 409, nothing written) then :func:`take_result`
 (the rest): a caller that must know the parsed post before anything changes (the lease asked
 with the result, :mod:`hypertrain.coordinator.flows.compute`) runs the two itself.
@@ -20,7 +23,8 @@ In order, for the copy's own node with the right token:
    first response again (one vote, one credit); any other 409.
 2. 410, counting nothing and striking nobody: the copy expired or was cancelled; the post came
    after its deadline (``now > deadline_ms``; the copy is expired now and replaced, as the
-   reaper would have done); or its job was settled by the nodes or ended unscored.
+   reaper would have done); or its job was settled by the nodes or ended unscored (a slice
+   whose hidden window was rotated out: the answer says so).
 3. ``busy: true``: a non-verdict; the copy is ``released``, a new copy is queued in its place
    (inside the step's existing window; event ``queued``) which this node can never take; no
    strike.
@@ -45,6 +49,7 @@ from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event, J
 from hypertrain.compute.nodes import get_node, normalise_capabilities, normalise_hardware
 from hypertrain.compute.rows import Copy, counted, get_copy, get_job
 from hypertrain.compute.rules import decide, judge
+from hypertrain.compute.slices import ROTATED, check_slice_answer
 from hypertrain.compute.transitions import apply_decision, expire_copy, queue_copy
 from hypertrain.compute.wire import (
     ErrorAnswer,
@@ -129,6 +134,7 @@ def check_result(conn: sqlite3.Connection, node: Node, copy_id: str, body: objec
     answer = answer_of(challenge, posted)
     if copy.token_hash is None or not secret_matches(posted.lease, copy.token_hash):
         raise Forbidden(f"the lease token is not the one of copy {copy_id}")
+    check_slice_answer(conn, job, answer, posted.window)
     return Checked(copy, job, challenge, posted, answer)
 
 
@@ -163,6 +169,8 @@ def take_result(
         raise Conflict(f"copy {copy_id} already has a different answer")
     if copy.state == "expired":
         return GONE, _gone(copy_id, _expired(copy)), []
+    if job.state == "unscored" and job.reason == ROTATED:
+        return GONE, _gone(copy_id, "its hidden window was rotated out (stale window)"), []
     if copy.state != "leased":
         return GONE, _gone(copy_id, f"the copy is {copy.state}"), []
     assert copy.deadline_ms is not None

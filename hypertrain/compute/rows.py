@@ -25,7 +25,16 @@ from hypertrain.compute.wire import InputFile, ResultAnswer, Verdict, read_resul
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.errors import NotFound
 
-__all__ = ["JOB_COLUMNS", "Copy", "CopyState", "counted", "get_copy", "get_job", "job_copies"]
+__all__ = [
+    "JOB_COLUMNS",
+    "JOB_COLUMNS_J",
+    "Copy",
+    "CopyState",
+    "counted",
+    "get_copy",
+    "get_job",
+    "job_copies",
+]
 
 CopyState = Literal["queued", "leased", "answered", "released", "expired", "cancelled", "late"]
 
@@ -33,6 +42,8 @@ JOB_COLUMNS: Final = (
     "job_id, challenge, version, subject, step, inputs, created_ms, wait_ms, wait_deadline_ms,"
     " state, settled_how, reason, result, settled_ms, expiries"
 )
+JOB_COLUMNS_J: Final = ", ".join(f"j.{c.strip()}" for c in JOB_COLUMNS.split(","))
+""":data:`JOB_COLUMNS` of a job table aliased ``j`` (in a join)."""
 _COPY_COLUMNS: Final = (
     "copy_id, job_id, seq, state, node_id, token_hash, deadline_ms, answer, answer_key,"
     " answer_order, response, verdict"

@@ -8,7 +8,8 @@ Promises (each runs inside the caller's transaction and returns the events to pu
   without it (a busy node gave its copy back) the step's deadline stands.
 - :func:`send_to_fallback`: a deterministic job goes to state ``fallback`` (awaiting the trusted
   evaluator; event ``fallback``); a timing job, which the coordinator cannot score, ends
-  ``unscored`` (event ``settled`` with state ``unscored``; its answered copies get verdict
+  ``unscored`` (:func:`end_unscored`, also the end of a slice job whose hidden window was
+  rotated out: event ``settled`` with state ``unscored``; its answered copies get verdict
   ``none``, its leased copies are cancelled). Queued copies are cancelled (pay 0). Leased copies
   of a fallback job keep their lease; their answers are judged against the trusted result.
 - :func:`expire_copy`: a leased copy past its deadline is ``expired`` (no strike); the job's
@@ -36,6 +37,7 @@ from hypertrain.scoring.registry import Challenge
 
 __all__ = [
     "apply_decision",
+    "end_unscored",
     "expire_copy",
     "mark_settled",
     "queue_copy",
@@ -92,25 +94,29 @@ def send_to_fallback(
 ) -> list[Event]:
     """The job leaves the node network (module doc)."""
     if challenge.kind == "timing":
-        _cancel(conn, job.job_id, ("queued", "leased"))
-        conn.execute(
-            "UPDATE compute_copies SET verdict = 'none'"
-            " WHERE job_id = ? AND +state = 'answered' AND verdict IS NULL",
-            (job.job_id,),
-        )
-        conn.execute(
-            "UPDATE compute_jobs SET state = 'unscored', reason = ?, settled_ms = ?"
-            " WHERE job_id = ?",
-            (reason, now_ms, job.job_id),
-        )
-        payload = {"job": job.job_id, "challenge": job.challenge, "state": "unscored"}
-        return [("settled", {**payload, "reason": reason})]
+        return end_unscored(conn, job, reason, now_ms)
     _cancel(conn, job.job_id, ("queued",))
     conn.execute(
         "UPDATE compute_jobs SET state = 'fallback', reason = ? WHERE job_id = ?",
         (reason, job.job_id),
     )
     return [("fallback", {"job": job.job_id, "challenge": job.challenge, "reason": reason})]
+
+
+def end_unscored(conn: sqlite3.Connection, job: Job, reason: str, now_ms: int) -> list[Event]:
+    """``job`` ends ``unscored`` for ``reason`` (module doc, :func:`send_to_fallback`)."""
+    _cancel(conn, job.job_id, ("queued", "leased"))
+    conn.execute(
+        "UPDATE compute_copies SET verdict = 'none'"
+        " WHERE job_id = ? AND +state = 'answered' AND verdict IS NULL",
+        (job.job_id,),
+    )
+    conn.execute(
+        "UPDATE compute_jobs SET state = 'unscored', reason = ?, settled_ms = ? WHERE job_id = ?",
+        (reason, now_ms, job.job_id),
+    )
+    payload = {"job": job.job_id, "challenge": job.challenge, "state": "unscored"}
+    return [("settled", {**payload, "reason": reason})]
 
 
 def expire_copy(

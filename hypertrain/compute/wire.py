@@ -26,10 +26,11 @@ field by field and in this order::
     LeaseRequest    {capabilities, hardware, wait_ms?}         wait_ms 0..LONG_POLL_MS
     LeaseAnswer     {job: LeaseGrant | null}
     LeaseGrant      {id, job, challenge, base, step, trace, inputs: [InputFile], step_budget_ms,
-                     kill_after_ms, memory_bytes, version, objective, lease, deadline_ms}
+                     kill_after_ms, memory_bytes, version, objective, lease, deadline_ms,
+                     window?}                         window: a slice's hidden window (sha256)
     InputFile       {name, sha256, size}
     DisabledAnswer  {detail, reenable_at_ms, reenable_at}
-    ResultPost      {lease, ok, result?, class?, error?, busy?, next?: LeaseRequest}
+    ResultPost      {lease, ok, result?, class?, error?, busy?, next?: LeaseRequest, window?}
     Standing        {rank, id, handle, compute_credits, jobs_done, strikes, agreement_ppm
                      (null before any verdict), last_seen}     a leaderboard row
     ResultAnswer    {copy, status: "released" | "held", next?: LeaseAnswer}
@@ -241,6 +242,9 @@ class LeaseGrant:
     objective: str = attrs.field(validator=_non_empty)
     token: Annotated[str, override(rename="lease")] = attrs.field(validator=_non_empty, repr=False)
     deadline_ms: int = attrs.field(validator=u_int)
+    window: str | None = attrs.field(default=None, validator=optional(hex64))
+    """A slice of a hidden step only: the sha256 of its hidden window (the node echoes it in
+    its result, so that a result scored on a stale window is refused)."""
 
     @property
     def label(self) -> str:
@@ -281,6 +285,8 @@ class ResultPost:
     error: str | None = None
     busy: bool = False
     next: LeaseRequest | None = None
+    window: str | None = attrs.field(default=None, validator=optional(hex64))
+    """The hidden window the answer was scored on (the grant's ``window``), for a slice."""
 
 
 @attrs.frozen(kw_only=True)

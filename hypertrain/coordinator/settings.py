@@ -151,6 +151,12 @@ class CoordinatorSettings:
     (``HYPERTRAIN_TRUSTED_PROXIES``; :mod:`hypertrain.compute.networks`); empty: none."""
     trace_samples: int = attrs.field(default=32, validator=_positive)
     """Samples in each scoring trace (public: from the train split; hidden: the holdout)."""
+    hidden_slices: int = attrs.field(default=4, validator=_positive)
+    """Slices of a hidden scoring step, each its own two-copy job; a node gets at most one slice
+    of a hidden window (``HYPERTRAIN_HIDDEN_SLICES``; at most ``trace_samples``)."""
+    hidden_rotate_rounds: int = attrs.field(default=10, validator=_positive)
+    """Rounds a hidden window lasts before it moves to fresh holdout samples
+    (``HYPERTRAIN_HIDDEN_ROTATE_ROUNDS``)."""
     checkpoint_every: int = attrs.field(default=DEFAULT_CHECKPOINT_EVERY, validator=_positive)
     """A checkpoint every this many rounds, and at a run's last round
     (``HYPERTRAIN_CHECKPOINT_EVERY``; :mod:`hypertrain.rounds.checkpoints`)."""

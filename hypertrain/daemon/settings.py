@@ -34,6 +34,8 @@ compute_probation_answers  HYPERTRAIN_COMPUTE_PROBATION_ANSWERS                 
 compute_networks           HYPERTRAIN_COMPUTE_NETWORKS                                  address
 trusted_proxies            HYPERTRAIN_TRUSTED_PROXIES                                   none
 trace_samples              HYPERTRAIN_TRACE_SAMPLES                                     32
+hidden_slices              HYPERTRAIN_HIDDEN_SLICES                                     4
+hidden_rotate_rounds       HYPERTRAIN_HIDDEN_ROTATE_ROUNDS                              10
 checkpoint_every           HYPERTRAIN_CHECKPOINT_EVERY                                  10
 checkpoint_license         HYPERTRAIN_CHECKPOINT_LICENSE                                NOASSERTION
 dataset_name               HYPERTRAIN_DATASET_NAME                                      NOASSERTION
@@ -282,6 +284,8 @@ _KEYS: Final = (
     _Key("compute_networks", _choice("address", "per-key"), env="HYPERTRAIN_COMPUTE_NETWORKS"),
     _Key("trusted_proxies", _text, env="HYPERTRAIN_TRUSTED_PROXIES"),
     _Key("trace_samples", _int(1, 4096), env="HYPERTRAIN_TRACE_SAMPLES"),
+    _Key("hidden_slices", _int(1, 4096), env="HYPERTRAIN_HIDDEN_SLICES"),
+    _Key("hidden_rotate_rounds", _int(1), env="HYPERTRAIN_HIDDEN_ROTATE_ROUNDS"),
     _Key("checkpoint_every", _int(1), env="HYPERTRAIN_CHECKPOINT_EVERY"),
     _Key("checkpoint_license", _text, env="HYPERTRAIN_CHECKPOINT_LICENSE"),
     _Key("dataset_name", _text, env="HYPERTRAIN_DATASET_NAME"),

@@ -317,12 +317,23 @@ def compute_wait_ms(nodes: int) -> int:
     return COMPUTE_WAIT_MS if nodes else NO_NODES_WAIT_MS
 
 
+def hidden_slices(nodes: int) -> int:
+    """The demo's slices of a hidden step (``HYPERTRAIN_HIDDEN_SLICES``): a node gets one slice
+    of a hidden window and each slice needs two nodes, so ``nodes // 2`` (at least 1) slices
+    let every slice be scored by two agreeing nodes: one slice with the default two nodes (each
+    node holds the whole window, as before shards), two with four."""
+    return max(1, nodes // 2)
+
+
 async def _start_daemon(
     children: Children, ws: Workspace, port: int, nodes: int
 ) -> tuple[Child, str]:
     argv = [sys.executable, "-m", "hypertrain.daemon", "--host", "127.0.0.1", "--port", str(port)]
     argv += ["--beacon", "local", "--local-period", "1"]
-    env = ws.daemon_env() | {"HYPERTRAIN_COMPUTE_WAIT_MS": str(compute_wait_ms(nodes))}
+    env = ws.daemon_env() | {
+        "HYPERTRAIN_COMPUTE_WAIT_MS": str(compute_wait_ms(nodes)),
+        "HYPERTRAIN_HIDDEN_SLICES": str(hidden_slices(nodes)),
+    }
     env |= DEMO_PAIRING
     daemon = await children.start(
         "hypertrain-daemon", argv, env=env, stdout=ws.daemon_out, stderr=ws.daemon_log

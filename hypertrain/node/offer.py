@@ -15,7 +15,8 @@ before a byte is fetched or written.
   ``{lease, ok: true, result: {<objective>, fingerprint, ..., wallMs}}`` or ``{lease, ok:
   false, class, error}`` (the error text on one line, at most
   :data:`~hypertrain.compute.answers.ERROR_TEXT_LIMIT` characters); :func:`describe` is its
-  one-line summary for the volunteer.
+  one-line summary for the volunteer. A slice of a hidden step names its hidden window
+  (``window``, from the offer), so that an answer on a stale window is refused.
 
 No clock, no I/O.
 """
@@ -51,10 +52,10 @@ def result_post(offer: LeaseGrant, outcome: ScoreOutcome) -> ResultPost:
     """The result post for ``outcome`` (module doc)."""
     if outcome.ok and outcome.result is not None:
         result = {**outcome.result, "wallMs": outcome.wall_ms}
-        return ResultPost(lease=offer.token, ok=True, result=result)
+        return ResultPost(lease=offer.token, ok=True, result=result, window=offer.window)
     failure = outcome.failure or "crash"
     error = " ".join(outcome.error.split())[:ERROR_TEXT_LIMIT] or failure
-    return ResultPost(lease=offer.token, ok=False, class_=failure, error=error)
+    return ResultPost(lease=offer.token, ok=False, class_=failure, error=error, window=offer.window)
 
 
 def describe(challenge: Challenge, outcome: ScoreOutcome) -> str:

@@ -14,42 +14,33 @@ end``, spec 5.5) and a trace of token rows, :func:`score_delta_loss` computes, e
    one rounding to float32. The objective is its 8-hex-char wire form
    (:func:`~hypertrain.protocol.f32.f32_hex`).
 4. ``fingerprint = sha256(per_seq as little-endian float32 bytes, in row order)`` as hex.
+5. ``losses``: those same bytes as hex, so that the coordinator can combine the slices of a
+   hidden trace exactly (:mod:`hypertrain.scoring.slices`, whose :func:`~hypertrain.scoring.
+   slices.summarise` computes steps 3 to 5).
 
 A NaN anywhere is written as the canonical quiet NaN ``0x7fc00000`` (objective
 ``"0000c07f"``) and infinities as their bit patterns, so a broken model still gives one
 well-defined answer. Bitwise agreement between machines needs the worker's pinned process
 settings (:data:`hypertrain.scoring.scorers.SCORING_ENV`); this module itself only computes.
 
-Result: ``{"loss": "<8 hex>", "fingerprint": "<64 hex>", "sequences": n}``.
+Result: ``{"loss": "<8 hex>", "fingerprint": "<64 hex>", "sequences": n, "losses": "<8n hex>"}``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
-import struct
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 import torch
 
 from hypertrain.protocol.manifest import ModelSpec
 from hypertrain.scoring.inputs import BadInput, TokenRows
+from hypertrain.scoring.slices import CANONICAL_NAN, f32_bits_hex, fingerprint, summarise
 from hypertrain.trainer.codec import F32Array
 from hypertrain.trainer.model import loss
 
 __all__ = ["CANONICAL_NAN", "f32_bits_hex", "fingerprint", "miner_weights", "score_delta_loss"]
-
-CANONICAL_NAN: Final = 0x7FC00000
-"""The float32 bit pattern every NaN is written as."""
-
-
-def f32_bits_hex(x: float) -> str:
-    """``x`` rounded to float32 as 8 hex chars of its little-endian bytes (NaN canonical)."""
-    if math.isnan(x):
-        return struct.pack("<I", CANONICAL_NAN).hex()
-    return struct.pack("<f", x).hex()
 
 
 def miner_weights(
@@ -64,13 +55,6 @@ def miner_weights(
                 raise BadInput(f"delta.bin: theta_start - delta is not finite in {name!r}")
             out[name] = value
     return out
-
-
-def fingerprint(values: F32Array) -> str:
-    """sha256 hex of float32 ``values`` as little-endian bytes, NaNs canonical."""
-    bits = np.asarray(values, dtype="<f4").view("<u4").copy()
-    bits[np.isnan(np.asarray(values, dtype=np.float32))] = CANONICAL_NAN
-    return hashlib.sha256(bits.tobytes()).hexdigest()
 
 
 def per_sequence_losses(
@@ -93,10 +77,4 @@ def score_delta_loss(
     rows: TokenRows,
 ) -> dict[str, Any]:
     """The ``delta-loss`` result of a miner's delta on ``rows`` (module doc)."""
-    per_seq = per_sequence_losses(model, miner_weights(theta_start, delta), rows)
-    mean = math.fsum(float(x) for x in per_seq) / len(per_seq)
-    return {
-        "loss": f32_bits_hex(mean),
-        "fingerprint": fingerprint(per_seq),
-        "sequences": len(per_seq),
-    }
+    return summarise(per_sequence_losses(model, miner_weights(theta_start, delta), rows))

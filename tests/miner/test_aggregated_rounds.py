@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import attrs
 import httpx
@@ -49,12 +50,14 @@ RUN_TIMEOUT = 4000.0  # virtual seconds for five rounds
 
 @asynccontextmanager
 async def _daemon_with_holdout(
-    tmp_path: Path, holdout_dir: Path
+    tmp_path: Path, holdout_dir: Path, **coordinator: Any
 ) -> AsyncIterator[tuple[DaemonHandle, httpx.AsyncBaseTransport]]:
-    """The daemon of ``_daemon`` with ``holdout_dir`` set (the held-out loss service runs)."""
+    """The daemon of ``_daemon`` with ``holdout_dir`` set (the held-out loss service runs)
+    and the ``coordinator`` settings given."""
     settings = _settings(tmp_path)
     settings = attrs.evolve(
-        settings, coordinator=attrs.evolve(settings.coordinator, holdout_dir=holdout_dir)
+        settings,
+        coordinator=attrs.evolve(settings.coordinator, holdout_dir=holdout_dir, **coordinator),
     )
     async with (
         running_daemon(settings) as handle,

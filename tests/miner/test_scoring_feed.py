@@ -1,10 +1,11 @@
 """Every uploaded delta becomes delta-loss scoring steps; with no node online the daemon's
 fallback pool scores them (issue 8), in virtual time with three real miners.
 
-Checked: two jobs per uploaded miner (public and hidden), their inputs (the manifest's model
-section, round 0's genesis start state, the miner's delta, the traces: the first
-``trace_samples`` rows of the first train shard and of the holdout), the hidden trace is a
-private object (404 on ``/v1/objects`` to anyone but the admin), every step is settled by the
+Checked: a public job and four hidden slice jobs per uploaded miner, their inputs (the
+manifest's model section, round 0's genesis start state, the miner's delta, the traces: the
+first ``trace_samples`` rows of the first train shard, and a quarter of the first
+``trace_samples`` rows of the holdout for each slice), a hidden slice is a private object
+(404 on ``/v1/objects`` to anyone but the admin), every step is settled by the
 fallback at the end of its window with a loss, and the round view shows each miner's scores
 and its soft score (the ledger's read of the same book, from the hidden losses).
 """
@@ -39,6 +40,8 @@ from tests.miner.test_aggregated_rounds import _daemon_with_holdout
 
 TIMEOUT = 2000.0  # virtual seconds
 TRACE_SAMPLES = 32
+SLICES = 4
+"""HYPERTRAIN_HIDDEN_SLICES's default: each hidden step is four jobs of 8 holdout rows."""
 
 
 def _jobs(conn: Any) -> list[dict[str, Any]]:
@@ -76,7 +79,7 @@ async def test_uploaded_deltas_are_scored_by_the_fallback_when_no_node_is_online
             await mine_rounds(tmp_path, data_dir, transport, 1)
             while True:
                 jobs = await handle.ctx.db.read(_jobs)
-                if len(jobs) == 6 and all(j["state"] == "settled" for j in jobs):
+                if len(jobs) == 3 + 3 * SLICES and all(j["state"] == "settled" for j in jobs):
                     break
                 await trio.sleep(1.0)
         view = (await client.get(f"/v1/runs/{run_id}/rounds/0?full=1")).json()
@@ -88,7 +91,7 @@ async def test_uploaded_deltas_are_scored_by_the_fallback_when_no_node_is_online
         }
         hidden = jobs[0]["inputs"]["trace.u16"] if jobs[0]["step"] == "hidden" else None
         assert hidden is not None
-        public = jobs[1]["inputs"]["trace.u16"]
+        public = next(j["inputs"]["trace.u16"] for j in jobs if j["step"] == "public")
         hidden_mode = stat.S_IMODE(objects.path_of(hidden).stat().st_mode)
         worker = {"Authorization": f"Bearer {WORKER_TOKEN}"}
         as_worker = await client.get(f"/v1/objects/{hidden}", headers=worker)
@@ -102,9 +105,13 @@ async def test_uploaded_deltas_are_scored_by_the_fallback_when_no_node_is_online
     holdout = Dataset.open(data_dir, split="holdout").samples(range(TRACE_SAMPLES))
     genesis = pack_state(init_params(run_manifest.model))
     uploads = {m["hotkey"]: m["delta_manifest"]["body"]["delta_hash"] for m in view["miners"]}
-    assert sorted((j["subject"]["hotkey"], j["step"]) for j in jobs) == sorted(
-        (key.ss58, step) for key in MINERS for step in ("hidden", "public")
+    assert sorted((j["subject"]["hotkey"], j["step"], j["subject"].get("slice")) for j in jobs) == (
+        sorted(
+            [(key.ss58, "public", None) for key in MINERS]
+            + [(key.ss58, "hidden", k) for key in MINERS for k in range(SLICES)]
+        )
     )
+    rows = len(holdout) // SLICES
     for job in jobs:
         inputs = job["inputs"]
         assert list(inputs) == ["model.json", "state.bin", "delta.bin", "trace.u16"]
@@ -114,8 +121,10 @@ async def test_uploaded_deltas_are_scored_by_the_fallback_when_no_node_is_online
         trace = read[inputs["trace.u16"]]
         if job["step"] == "public":
             assert trace == shard0[: TRACE_SAMPLES * row_bytes]
-        else:
-            assert trace == np.ascontiguousarray(holdout, dtype="<u2").tobytes()
+        else:  # slice k of the hidden window: its rows only
+            k = job["subject"]["slice"]
+            part = holdout[k * rows : (k + 1) * rows]
+            assert trace == np.ascontiguousarray(part, dtype="<u2").tobytes()
         assert (job["state"], job["how"]) == ("settled", "fallback")
         loss = f32_from_hex(job["result"]["objective"])
         assert 0 < loss < math.log(259) + 0.5
@@ -130,9 +139,7 @@ async def test_uploaded_deltas_are_scored_by_the_fallback_when_no_node_is_online
         assert {s["how"] for s in scores.values()} == {"fallback"}
         assert all(len(s["loss"]) == 8 for s in scores.values())
     assert len(view["scoring_jobs"]) == 6
-    hidden = {
-        j["subject"]["hotkey"]: j["result"]["objective"] for j in jobs if j["step"] == "hidden"
-    }
+    hidden = {m["hotkey"]: m["scores"]["hidden"]["loss"] for m in view["miners"]}
     soft = {m["hotkey"]: m["soft_score_ppm"] for m in view["miners"]}
     assert soft == ledger_reads == soft_scores(hidden)
     low, mid, high = sorted(soft.values())  # three distinct losses: worst 0, best 10^6

@@ -116,7 +116,8 @@ async def test_two_nodes_settle_every_step_of_a_round_by_agreement(
 ) -> None:
     events: list[str] = []
     async with (
-        _daemon_with_holdout(tmp_path, data_dir) as (handle, transport),
+        # Two nodes pair on one slice a window at most: the hidden step is one slice here.
+        _daemon_with_holdout(tmp_path, data_dir, hidden_slices=1) as (handle, transport),
         httpx.AsyncClient(transport=transport, base_url=API) as client,
         trio.open_nursery() as nodes,
         handle.ctx.events.subscribe(frozenset({"compute"})) as sub,

@@ -71,7 +71,7 @@ async def test_two_workers_agree_bit_for_bit_and_match_score_inline(
     assert first.ok, first
     assert first.result == second.result
     assert first.result is not None
-    assert set(first.result) == {"loss", "fingerprint", "sequences"}
+    assert set(first.result) == {"loss", "fingerprint", "sequences", "losses"}
     assert first.result["sequences"] == 12
     inline = await trio.to_thread.run_sync(_inline_in_a_configured_process, job)
     assert inline == first.result

@@ -20,7 +20,11 @@
   :func:`~hypertrain.compute.lease` from the request's network (the grant or None; the
   pairing rules of :mod:`hypertrain.compute.pairing` apply). A refusal rolls it all back;
 - :func:`input_of`: which object a node may download as an input of a copy it holds (403 not
-  its lease, wrong token or past the deadline; 404 unknown copy or input name);
+  its lease, wrong token or past the deadline, or a slice of a hidden window the node is bound
+  to another slice of: :func:`~hypertrain.compute.slices.check_input`; 404 unknown copy or
+  input name). The lease token is the short-lived token bound to the lease that the hidden
+  shards need: minted per grant, stored hashed on the copy, valid only for that copy's node
+  and only until the lease's deadline (kill time + grace);
 - :func:`benchmark_target`: the run and round a benchmark measures on (409 when ambiguous);
 - :func:`job_view`: a scoring step's public view (404 unknown).
 """
@@ -47,6 +51,7 @@ from hypertrain.compute.leases import lease_read
 from hypertrain.compute.nodes import mark_seen, node_of_key
 from hypertrain.compute.results import check_result, take_result
 from hypertrain.compute.rows import get_copy, get_job
+from hypertrain.compute.slices import check_input
 from hypertrain.compute.sybils import strikes_today
 from hypertrain.compute.wire import (
     LEASE_HEADER,
@@ -211,6 +216,7 @@ def input_of(
     if copy.state != "leased" or copy.deadline_ms is None or now_ms > copy.deadline_ms:
         raise Forbidden(f"copy {copy_id} is no longer leased ({copy.state})")
     job = get_job(conn, copy.job_id)
+    check_input(conn, node.node_id, job.job_id)
     for item in job.inputs:
         if item.name == name:
             return item.sha256, job.step == "hidden" and name == HIDDEN_TRACE, job.challenge

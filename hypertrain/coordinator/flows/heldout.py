@@ -129,9 +129,11 @@ def get_loss(conn: sqlite3.Connection, run_id: str, w: int) -> float | None:
 
 
 def read_holdout(
-    directory: Path, registered_sha256: str, seq_len: int, n_samples: int
+    directory: Path, registered_sha256: str, seq_len: int, n_samples: int, start: int = 0
 ) -> HoldoutRows:
-    """The first ``n_samples`` (at most all) holdout rows of ``directory`` (module doc)."""
+    """The first ``n_samples`` (at most all) holdout rows of ``directory`` (module doc); with
+    ``start``, the ``n_samples`` rows from sample ``start`` on, wrapping around the holdout's
+    end (a rotated hidden window: :mod:`hypertrain.coordinator.flows.hiddenwindows`)."""
     try:
         manifest_sha = sha256_hex((directory / MANIFEST_FILE).read_bytes())
     except OSError as e:
@@ -152,7 +154,8 @@ def read_holdout(
         raise DatasetError(
             f"{directory}: holdout seq_len {holdout.seq_len} is not the model's {seq_len}"
         )
-    return holdout.samples(range(min(n_samples, holdout.n_samples)))
+    total = holdout.n_samples
+    return holdout.samples([(start + i) % total for i in range(min(n_samples, total))])
 
 
 def heldout_loss(

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from hypertrain.compute import ComputeSettings, Event, enqueue_step
+from hypertrain.compute.slices import Window, enqueue_slices
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
 from hypertrain.coordinator.tables.runs import get_run
 from hypertrain.coordinator.tables.scoring import Upload, drop_upload
@@ -44,12 +45,25 @@ def enqueue_scoring(
     *,
     now_ms: int,
     settings: ComputeSettings,
+    hidden: Window | None = None,
 ) -> list[Event]:
     """Enqueue ``upload``'s ``delta-loss`` ``steps`` (step -> the job's inputs) with the
     settings' wait window and drop its outbox row, in one transaction; the events to publish.
     A step enqueued before is kept as it is (``enqueue_step`` is idempotent per subject and
-    step)."""
+    step). With a ``hidden`` window, the ``hidden`` step is cut into that window's slices
+    (:func:`~hypertrain.compute.slices.enqueue_slices`; its inputs' trace is the window's)."""
     events: list[Event] = []
+    if hidden is not None and "hidden" in steps:
+        events += enqueue_slices(
+            conn,
+            subject=upload.subject,
+            window=hidden,
+            inputs=steps["hidden"],
+            now_ms=now_ms,
+            wait_ms=settings.wait_ms,
+            settings=settings,
+        )
+        steps = {step: inputs for step, inputs in steps.items() if step != "hidden"}
     for step, inputs in steps.items():
         _, more = enqueue_step(
             conn,
