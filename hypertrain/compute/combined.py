@@ -14,8 +14,9 @@ one (:func:`~hypertrain.compute.jobs.job_scores` adds it to the subject's jobs).
 - Result (settled only): every slice ok -> :func:`hypertrain.scoring.slices.combine` of their
   ``losses`` in slice order (the unsliced loss and fingerprint, bit for bit); else the first
   failed slice's answer (its failure class).
-- Its ``job_id`` is ``hs`` + 16 hex of sha256(step subject | window): a name for display; the
-  book's transactions act on the slice jobs, never on it.
+- Its ``job_id`` is ``hs`` + 16 hex of sha256(step subject | window) (:func:`step_id_of`,
+  kept with each slice job): the book's transactions act on the slice jobs, never on it, and
+  :func:`combined_step` reads the step back by it (``GET /v1/compute/steps/hs...``).
 
 The slices' results are read as they stand, so a slice whose settled result is replaced (a
 sampled trusted re-score, issue 19 item 3) changes the combined score with it.
@@ -35,7 +36,7 @@ from hypertrain.compute.rows import JOB_COLUMNS_J, job_from_row
 from hypertrain.compute.wire import InputFile
 from hypertrain.scoring.slices import combine
 
-__all__ = ["combine_slices", "combined_steps"]
+__all__ = ["combine_slices", "combined_step", "combined_steps", "step_id_of"]
 
 _SUBJECTS_PER_QUERY: Final = 500
 _HOW_ORDER: Final = ("fallback", "third-copy", "agreement")
@@ -54,6 +55,27 @@ def _combined_result(jobs: Sequence[Job]) -> dict[str, Any]:
     return Answer.success(
         combined["loss"], combined["fingerprint"], losses=combined["losses"]
     ).to_json()
+
+
+def step_id_of(step_subject: str, window: str) -> str:
+    """The combined step's id: ``hs`` + 16 hex of sha256(canonical subject | window)."""
+    return "hs" + hashlib.sha256(f"{step_subject}|{window}".encode()).hexdigest()[:16]
+
+
+def combined_step(conn: sqlite3.Connection, step_id: str) -> Job | None:
+    """The combined step ``step_id`` (:func:`step_id_of`) on its own window; None: no such."""
+    rows = conn.execute(
+        f"SELECT s.step_subject, w.window, w.slices, {JOB_COLUMNS_J}"
+        " FROM hidden_slice_jobs s JOIN hidden_windows w USING (window)"
+        " JOIN compute_jobs j USING (job_id)"
+        " WHERE s.step_id = ? ORDER BY s.slice",
+        (step_id,),
+    ).fetchall()
+    if not rows:
+        return None
+    step, window, slices = rows[0][0], rows[0][1], rows[0][2]
+    size = sum(int(f["size"]) for f in json.loads(slices))
+    return combine_slices(step, window, size, [job_from_row(tuple(r[3:])) for r in rows])
 
 
 def combine_slices(step_subject: str, window: str, size: int, jobs: Sequence[Job]) -> Job:
@@ -76,9 +98,8 @@ def combine_slices(step_subject: str, window: str, size: int, jobs: Sequence[Job
         InputFile(i.name, window, size) if i.name == "trace.u16" else i for i in first.inputs
     )
     settled = [j.settled_ms for j in jobs if j.settled_ms is not None]
-    digest = hashlib.sha256(f"{step_subject}|{window}".encode()).hexdigest()[:16]
     return Job(
-        job_id=f"hs{digest}",
+        job_id=step_id_of(step_subject, window),
         challenge=first.challenge,
         version=first.version,
         subject=json.loads(step_subject),

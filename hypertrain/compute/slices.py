@@ -41,6 +41,7 @@ from typing import Any, Final
 import attrs
 
 from hypertrain.compute.answers import Answer
+from hypertrain.compute.combined import step_id_of
 from hypertrain.compute.jobs import canonical_subject, enqueue_step
 from hypertrain.compute.model import DEFAULT_SETTINGS, ComputeSettings, Event, Job
 from hypertrain.compute.rows import JOB_COLUMNS_J, job_from_row
@@ -184,9 +185,9 @@ def enqueue_slices(
             settings=settings,
         )
         conn.execute(
-            "INSERT INTO hidden_slice_jobs (job_id, step_subject, window, slice, slices)"
-            " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            (job_id, step_text, window.window, k, n),
+            "INSERT INTO hidden_slice_jobs (job_id, step_subject, window, slice, slices, step_id)"
+            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (job_id, step_text, window.window, k, n, step_id_of(step_text, window.window)),
         )
         events += more
     return events

@@ -15,7 +15,8 @@ import pytest
 from hypertrain.compute import Event, LeaseGrant, Node, job_scores
 from hypertrain.compute.slices import Window, enqueue_slices, record_window
 from hypertrain.compute.wire import InputFile
-from hypertrain.protocol.errors import ProtocolError
+from hypertrain.coordinator.flows.compute import job_view
+from hypertrain.protocol.errors import NotFound, ProtocolError
 from hypertrain.scoring.slices import summarise
 from tests.compute.support import T0, Book, inputs
 
@@ -95,6 +96,14 @@ async def test_the_steps_score_is_the_exact_combination_of_its_slices(book: Book
         assert step.result["fingerprint"] == whole["fingerprint"]
         assert step.result["losses"] == whole["losses"]
         assert step.subject == subject
+        # the round view names the step by this id: the step route answers it, combined
+        assert await book.db.read(job_view, step.job_id) == step.score_json()
+
+
+async def test_an_unknown_combined_step_id_is_not_found(book: Book) -> None:
+    await _open(book, _window())
+    with pytest.raises(NotFound, match="no compute job hs0123456789abcdef"):
+        await book.db.read(job_view, "hs0123456789abcdef")
 
 
 async def test_a_slices_replaced_result_moves_the_steps_score(book: Book) -> None:

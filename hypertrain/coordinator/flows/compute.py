@@ -47,6 +47,7 @@ from hypertrain.compute import (
     register_node,
     secret_matches,
 )
+from hypertrain.compute.combined import combined_step
 from hypertrain.compute.leases import lease_read
 from hypertrain.compute.nodes import mark_seen, node_of_key
 from hypertrain.compute.results import check_result, take_result
@@ -238,5 +239,11 @@ def benchmark_target(conn: sqlite3.Connection, run_id: str | None) -> tuple[str,
 
 
 def job_view(conn: sqlite3.Connection, job_id: str) -> dict[str, Any]:
-    """A scoring step's public view (``Job.score_json``); 404 unknown."""
+    """A scoring step's public view (``Job.score_json``); 404 unknown. A sliced hidden step's
+    id (``hs...``, as the round view names it) answers its combination of its slices."""
+    if job_id.startswith("hs"):
+        combined = combined_step(conn, job_id)
+        if combined is None:
+            raise NotFound(f"no compute job {job_id}")
+        return combined.score_json()
     return get_job(conn, job_id).score_json()

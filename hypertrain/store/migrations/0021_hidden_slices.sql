@@ -32,10 +32,12 @@ CREATE TABLE hidden_slice_jobs (
     window TEXT NOT NULL REFERENCES hidden_windows (window),
     slice INTEGER NOT NULL CHECK (slice >= 0),
     slices INTEGER NOT NULL CHECK (slices > slice),
+    step_id TEXT NOT NULL,
     UNIQUE (step_subject, window, slice)
 ) WITHOUT ROWID;
 
 CREATE INDEX hidden_slice_jobs_by_window ON hidden_slice_jobs (window);
+CREATE INDEX hidden_slice_jobs_by_step_id ON hidden_slice_jobs (step_id);
 
 CREATE TABLE hidden_slice_holders (
     window TEXT NOT NULL REFERENCES hidden_windows (window),
