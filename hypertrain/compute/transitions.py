@@ -33,7 +33,7 @@ from hypertrain.compute.model import ComputeSettings, Event, Job
 from hypertrain.compute.rescores import note_agreement
 from hypertrain.compute.rows import Copy, get_job
 from hypertrain.compute.rules import Decision
-from hypertrain.scoring.registry import Challenge
+from hypertrain.scoring.registry import Challenge, get_challenge
 
 __all__ = [
     "apply_decision",
@@ -182,7 +182,9 @@ def settle_job(
         events += pay(conn, copy, now_ms, settings)
     for copy in losers:
         events += strike(conn, copy, now_ms, settings)
-    if how == "agreement":
+    if how == "agreement" and get_challenge(job.challenge).kind == "deterministic":
+        # a timing job is never re-scored: the trusted evaluator would time the daemon's
+        # hardware, not the class the two nodes measured (it has no fallback either)
         note_agreement(conn, job.job_id, now_ms, settings)
     return events
 

@@ -25,7 +25,7 @@ from hypertrain.compute import (
 from hypertrain.compute.ledger import claw_back
 from hypertrain.compute.rows import get_copy
 from hypertrain.protocol.errors import Conflict, Malformed
-from tests.compute.support import FP, LOSS, OTHER_FP, T0, Book, good
+from tests.compute.support import FP, LOSS, OTHER_FP, T0, Book, good, timed
 
 WRONG = "40490fdb"
 """The value two colluding nodes agree on."""
@@ -196,6 +196,22 @@ async def test_only_agreements_are_entered_and_none_at_zero_permille(book: Book)
     assert gc is not None
     await book.post(c, gc.copy_id, good(gc), T0 + 6)
     assert (await book.job(job)).settled_how == "third-copy"
+    assert await book.db.read(rescore_state, job) is None
+
+
+async def test_a_timing_step_settled_by_agreement_is_never_entered(book: Book) -> None:
+    """The trusted evaluator would time the daemon's hardware, not the nodes' class: a node
+    benchmark two nodes agreed on is not re-scored (it disagreed, and clawed both back)."""
+    _all_drawn(book)
+    a, _ = await book.node(caps=["step-throughput"], handle="t1")
+    b, _ = await book.node(caps=["step-throughput"], handle="t2")
+    job = await book.enqueue(challenge="step-throughput")
+    ga, gb = await book.lease(a, T0 + 1), await book.lease(b, T0 + 2)
+    assert ga is not None
+    assert gb is not None
+    await book.post(a, ga.copy_id, timed(ga, 100.0), T0 + 3)
+    await book.post(b, gb.copy_id, timed(gb, 110.0), T0 + 4)
+    assert (await book.job(job)).settled_how == "agreement"
     assert await book.db.read(rescore_state, job) is None
 
 
