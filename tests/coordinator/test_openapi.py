@@ -46,6 +46,7 @@ from hypertrain.coordinator.flows.replies import (
 )
 from hypertrain.coordinator.flows.runview import RunsList
 from hypertrain.coordinator.flows.system import Healthy, VersionAnswer
+from hypertrain.coordinator.flows.viewwire import RosterView, RoundView, RunView
 from hypertrain.coordinator.tables.runs import RosterRow
 from hypertrain.coordinator.web.ledger import ClawbackAnswer
 from hypertrain.coordinator.web.openapi import OPENAPI_PATH, openapi_path_of
@@ -79,6 +80,9 @@ EXERCISED: frozenset[type] = frozenset(
         HoneypotCommitted,
         HoneypotVerified,
         RunsList,
+        RunView,
+        RosterView,
+        RoundView,
         RegisterAnswer,
         LeaseAnswer,
         ObjectInfo,
@@ -315,6 +319,10 @@ async def _round_and_audit(h: Harness, recorder: _Recorder) -> None:
     await h.client.post(f"{jobs}/heartbeat", headers=worker, json={"lease": job["lease"]})
     give_back = {"lease": job["lease"], "reason": "a test", "retry": True}
     await h.client.post(f"{jobs}/fail", headers=worker, json=give_back)
+    rounds = f"/v1/runs/{audit.run_id}/rounds/0"
+    for query in ({}, {"full": "1"}, {"limit": "1", "full": "1"}):  # the hot views, as served
+        assert (await h.client.get(rounds, params=query)).status_code == 200
+    assert (await h.client.get(f"/v1/runs/{audit.run_id}")).status_code == 200
 
 
 async def test_the_answers_of_a_round_and_its_audit_match_their_documented_classes(
@@ -332,5 +340,7 @@ async def test_the_answers_of_a_round_and_its_audit_match_their_documented_class
         LeaseExtended,
         HandedBack,
         ObjectInfo,
+        RunView,
+        RoundView,
     }
     assert round_classes <= seen, sorted(c.__name__ for c in round_classes - seen)
