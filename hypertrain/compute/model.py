@@ -123,19 +123,6 @@ class Node:
     def disabled(self, now_ms: int) -> bool:
         return self.disabled_until_ms > now_ms
 
-    def status_json(self) -> dict[str, Any]:
-        """The node's entry in the public status view."""
-        return {
-            "id": self.node_id,
-            "handle": self.handle,
-            "capabilities": list(self.capabilities),
-            "hardware": self.hardware,
-            "jobs_done": self.jobs_done,
-            "credits": self.credits,
-            "compute_credits": self.compute_credits,
-            "last_seen": self.last_seen_ms,
-        }
-
     def register_answer(self, minted: str | None) -> RegisterAnswer:
         """The register route's answer; ``minted`` is the key when this call minted one."""
         return RegisterAnswer(

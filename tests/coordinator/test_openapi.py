@@ -25,8 +25,12 @@ import trio
 from werkzeug.routing import Map
 
 from hypertrain.beacon.ingest import IngestAnswer, NoRound
+from hypertrain.compute.status import ComputeStatus
 from hypertrain.compute.wire import LeaseAnswer, RegisterAnswer
+from hypertrain.coordinator.flows.auditstats import AuditorStats
+from hypertrain.coordinator.flows.disputewire import DisputesList
 from hypertrain.coordinator.flows.honeypots import HoneypotCommitted, HoneypotVerified
+from hypertrain.coordinator.flows.leaderboard import LeaderboardPage
 from hypertrain.coordinator.flows.lifecycle import (
     ConfigAnswer,
     PausedAnswer,
@@ -83,6 +87,10 @@ EXERCISED: frozenset[type] = frozenset(
         RunView,
         RosterView,
         RoundView,
+        ComputeStatus,
+        LeaderboardPage,
+        AuditorStats,
+        DisputesList,
         RegisterAnswer,
         LeaseAnswer,
         ObjectInfo,
@@ -204,6 +212,9 @@ async def _flow(h: Harness) -> None:
     node = {"Authorization": f"Bearer {key}"}
     await client.post("/v1/compute/jobs/lease", json={"wait_ms": 0}, headers=node)
     await client.get("/v1/compute/status")
+    await client.get("/v1/compute/leaderboard", params={"limit": "2"})
+    await client.get(f"/run/{run_id}/auditor-stats")
+    await client.get(f"/v1/runs/{run_id}/disputes")
     blob = b"an object"
     sha = hashlib.sha256(blob).hexdigest()
     await admin(h, "PUT", f"/v1/aggregator/objects/{sha}", content=blob)

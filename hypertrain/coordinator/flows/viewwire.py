@@ -23,6 +23,7 @@ from typing import Any
 from attrs import frozen
 
 from hypertrain.coordinator.flows.disputewire import DisputeView
+from hypertrain.coordinator.flows.pages import PageAt
 from hypertrain.coordinator.tables.runs import RosterCounts, RosterRow
 from hypertrain.protocol.envelope import Envelope
 from hypertrain.rounds.assignment import Assignment
@@ -34,7 +35,6 @@ __all__ = [
     "FinalEntryView",
     "FinalView",
     "MinerScore",
-    "PageAt",
     "RerunView",
     "RollbackView",
     "RosterView",
@@ -46,16 +46,6 @@ __all__ = [
     "ScoringJobView",
     "ServeView",
 ]
-
-
-@frozen
-class PageAt:
-    """Where a page stands (:meth:`~hypertrain.coordinator.flows.pages.Page.cut`):
-    ``next_offset`` null on the last page."""
-
-    offset: int
-    limit: int
-    next_offset: int | None
 
 
 @frozen
