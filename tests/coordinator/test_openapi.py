@@ -55,6 +55,7 @@ from hypertrain.coordinator.tables.runs import RosterRow
 from hypertrain.coordinator.web.ledger import ClawbackAnswer
 from hypertrain.coordinator.web.openapi import OPENAPI_PATH, openapi_path_of
 from hypertrain.coordinator.web.routedoc import Doc, Media, docs_of
+from hypertrain.protocol.auditjob import AuditJob, JobServes, StoredJob
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import ErrorBody, SchemaError
 from hypertrain.protocol.hashes import honeypot_commit
@@ -327,6 +328,9 @@ async def _round_and_audit(h: Harness, recorder: _Recorder) -> None:
     worker = admin_headers(WORKER_TOKEN)
     job = (await h.client.post("/v1/worker/lease", headers=worker)).json()
     jobs = f"/v1/worker/jobs/{job['id']}"
+    assert (await h.client.get(jobs, headers=worker)).status_code == 200
+    serves = await h.client.get(f"{jobs}/serves", headers=worker, params={"lease": job["lease"]})
+    assert serves.status_code == 200, serves.text
     await h.client.post(f"{jobs}/heartbeat", headers=worker, json={"lease": job["lease"]})
     give_back = {"lease": job["lease"], "reason": "a test", "retry": True}
     await h.client.post(f"{jobs}/fail", headers=worker, json=give_back)
@@ -353,5 +357,8 @@ async def test_the_answers_of_a_round_and_its_audit_match_their_documented_class
         ObjectInfo,
         RunView,
         RoundView,
+        AuditJob,
+        StoredJob,
+        JobServes,
     }
     assert round_classes <= seen, sorted(c.__name__ for c in round_classes - seen)
