@@ -24,6 +24,7 @@ import jsonschema_rs
 import trio
 from werkzeug.routing import Map
 
+from hypertrain.beacon.chain import DrandInfo
 from hypertrain.beacon.ingest import IngestAnswer, NoRound
 from hypertrain.compute.status import ComputeStatus
 from hypertrain.compute.wire import LeaseAnswer, RegisterAnswer
@@ -77,6 +78,7 @@ EXERCISED: frozenset[type] = frozenset(
         Healthy,
         IngestAnswer,
         NoRound,
+        DrandInfo,
         RunCreated,
         ConfigAnswer,
         RosterRow,
@@ -186,6 +188,7 @@ async def _flow(h: Harness) -> None:
     client = h.client
     await client.get("/version")
     await client.get("/health")
+    await client.get("/v1/beacon/info")
     await client.get("/v1/beacon/latest")  # before the first round: {"round": 0}
     await push(h, 1, 2, 3)
     await client.get("/v1/beacon/latest")
