@@ -28,6 +28,7 @@ from hypertrain.beacon.chain import DrandInfo
 from hypertrain.beacon.ingest import IngestAnswer, NoRound
 from hypertrain.compute.status import ComputeStatus
 from hypertrain.compute.wire import LeaseAnswer, RegisterAnswer
+from hypertrain.coordinator.flows.aggregator import RoundInputs
 from hypertrain.coordinator.flows.auditstats import AuditorStats
 from hypertrain.coordinator.flows.disputewire import DisputesList
 from hypertrain.coordinator.flows.honeypots import HoneypotCommitted, HoneypotVerified
@@ -145,6 +146,14 @@ async def test_the_document_lists_every_rule_of_the_url_map_and_declares_each(
     assert doc["openapi"] == "3.1.0"
     for op in operations:
         assert any(code.startswith("2") for code in op["responses"]), op["operationId"]
+    untyped = [
+        (op["operationId"], code)
+        for op in operations
+        for code, answer in op["responses"].items()
+        if answer.get("content", {}).get("application/json", {}).get("schema") == {"type": "object"}
+    ]
+    # every JSON answer names its class but this document and a checkpoint's stored files
+    assert sorted(untyped) == [("checkpoints.file", "200"), ("openapi.document", "200")]
 
 
 async def test_a_route_added_without_a_declaration_is_marked_undocumented(
@@ -341,6 +350,8 @@ async def _round_and_audit(h: Harness, recorder: _Recorder) -> None:
     for query in ({}, {"full": "1"}, {"limit": "1", "full": "1"}):  # the hot views, as served
         assert (await h.client.get(rounds, params=query)).status_code == 200
     assert (await h.client.get(f"/v1/runs/{audit.run_id}")).status_code == 200
+    inputs = f"/v1/aggregator/runs/{audit.run_id}/rounds/0/inputs"
+    assert (await h.client.get(inputs, headers=admin_headers())).status_code == 200
 
 
 async def test_the_answers_of_a_round_and_its_audit_match_their_documented_classes(
@@ -363,5 +374,6 @@ async def test_the_answers_of_a_round_and_its_audit_match_their_documented_class
         AuditJob,
         StoredJob,
         JobServes,
+        RoundInputs,
     }
     assert round_classes <= seen, sorted(c.__name__ for c in round_classes - seen)
