@@ -17,6 +17,7 @@ import sqlite3
 from collections.abc import Collection, Mapping
 from typing import Any
 
+import attrs
 from attrs import frozen
 
 from hypertrain.coordinator.tables.rounds import RoundRow, get_round_row, insert_round
@@ -117,22 +118,12 @@ class RoundPlan:
         self, *, prev_final_hash: str, theta_hash: str, outer_state_hash: str, center_hash: str
     ) -> RoundOpen:
         """The RoundOpen of this plan with the given state hashes."""
-        d = self.deadlines
         return RoundOpen(
-            w=self.w,
             prev_final_hash=prev_final_hash,
             theta_hash=theta_hash,
             outer_state_hash=outer_state_hash,
             center_hash=center_hash,
-            roster=self.roster,
-            roster_hash=self.roster_hash,
-            honeypot_commit=self.honeypot_commit,
-            d_open=d.d_open,
-            d_assign=d.d_assign,
-            d_commit=d.d_commit,
-            d_audit=d.d_audit,
-            d_upload=d.d_upload,
-            d_final=d.d_final,
+            **attrs.asdict(self.template(), recurse=False),
         )
 
 

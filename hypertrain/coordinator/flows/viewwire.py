@@ -118,22 +118,14 @@ class RoundMiner:
 
 
 @frozen
-class RoundMinerFull:
-    """A miner of the round view with ``full``: its envelopes (null until posted) and verdict."""
+class RoundMinerFull(RoundMiner):
+    """A miner of the round view with ``full``: also its envelopes (null until posted) and its
+    verdict (the view writes them after ``delta_hash``; JSON keys have no order)."""
 
-    hotkey: str
-    slot: int
-    status: str
-    selected: bool
-    received_round: int | None
-    delta_hash: str | None
     commit: Envelope | None
     receipt: Envelope | None
     delta_manifest: Envelope | None
     verdict: Envelope | None
-    rerun: RerunView | None
-    scores: dict[str, MinerScore]
-    soft_score_ppm: int
 
 
 @frozen
