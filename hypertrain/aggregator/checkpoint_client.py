@@ -2,7 +2,8 @@
 
 Routes (no token)::
 
-    GET {api}/v1/runs/{id}/checkpoints                     the listing (:class:`Listing`)
+    GET {api}/v1/runs/{id}/checkpoints                     the listing (:class:`Listing`,
+                                                           shared with the daemon)
     GET {api}/v1/runs/{id}/checkpoints/{w}/{file}          a checkpoint file, raw bytes
     GET {api}/v1/runs/{id}/checkpoints/{w}/objects/{sha}   an object its tapes name (404: none)
 
@@ -35,16 +36,16 @@ from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 import httpx
-from attrs import field, frozen
+from attrs import frozen
 
 from hypertrain.aggregator.checkpoint import (
     FILES,
     HASHED_FILES,
     MANIFEST_FILE,
     Status,
-    file_hashes,
     parse_manifest,
 )
+from hypertrain.aggregator.checkpoint_listing import Entry, Listing
 from hypertrain.aggregator.remote_client import (
     DEFAULT_RETRY,
     RETRIED_STATUSES,
@@ -58,14 +59,6 @@ from hypertrain.aggregator.remote_client import (
 )
 from hypertrain.protocol.converter import structure
 from hypertrain.protocol.errors import Malformed, NotFound
-from hypertrain.protocol.validators import (
-    FieldError,
-    hex64,
-    instance_of,
-    list_of,
-    one_of_literal,
-    u_int,
-)
 from nurseries import next_delay
 
 __all__ = [
@@ -83,36 +76,6 @@ T = TypeVar("T")
 
 class CheckpointMismatch(RemoteError):
     """The daemon's listing or a downloaded file is not what it should be."""
-
-
-@frozen
-class Entry:
-    """One checkpoint of the listing."""
-
-    w: int = field(validator=u_int)
-    rounds: tuple[int, ...] = field(validator=list_of(u_int))
-    status: Status = field(validator=one_of_literal(Status))
-    theta_hash: str = field(validator=hex64)
-    files: dict[str, str] = field(validator=file_hashes(FILES))
-    written_round: int = field(validator=u_int)
-    """D when the daemon wrote it (a provisional one is rewritten after a rollback)."""
-
-    def __attrs_post_init__(self) -> None:
-        if len(self.rounds) != 2 or self.rounds[1] != self.w or self.rounds[0] > self.w:
-            raise FieldError("rounds", "must be [w_start, w] with 0 <= w_start <= w")
-
-
-@frozen
-class Listing:
-    """``GET /v1/runs/{id}/checkpoints``: the run's checkpoints, by increasing ``w``."""
-
-    run_id: str = field(validator=hex64)
-    checkpoints: tuple[Entry, ...] = field(validator=list_of(instance_of(Entry)))
-
-    def __attrs_post_init__(self) -> None:
-        ws = [entry.w for entry in self.checkpoints]
-        if ws != sorted(set(ws)):
-            raise FieldError("checkpoints", "must be sorted by w, each w once")
 
 
 @frozen

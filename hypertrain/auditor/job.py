@@ -2,7 +2,8 @@
 
 :func:`read_handle` reads the three fields every job has (``id``, ``lease``, ``run_id``) so a
 job of another run can be handed back even when the rest would not parse. :func:`read_job`
-reads the whole job through the one converter: the signed bodies it carries (``challenge``,
+reads the whole job through the one converter (:class:`~hypertrain.protocol.auditjob.AuditJob`,
+the class the daemon documents its answer with): the signed bodies it carries (``challenge``,
 ``commit``, ``manifest``, ``preimages``) strictly, the top level and ``assignment`` keeping only
 the keys named here (the job may grow). :func:`check_job` then checks that the job is one
 coherent thing, before any verdict is considered; each failure is a
@@ -32,16 +33,15 @@ import hashlib
 from typing import Any
 
 import attrs
-from attrs import field, frozen
 
 from hypertrain.auditor.errors import BadJob
+from hypertrain.protocol.auditjob import AuditJob, JobAssignment, JobHandle
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.envelope import json_equal, verify
 from hypertrain.protocol.errors import HypertrainError, SchemaError
 from hypertrain.protocol.jcs import body_digest
 from hypertrain.protocol.manifest import RunManifest
-from hypertrain.protocol.messages import AuditChallenge, Commit, LeafPreimage, RoundOpen
-from hypertrain.protocol.validators import Check, hex64, optional, ss58, text, u_int
+from hypertrain.protocol.messages import RoundOpen
 from hypertrain.rounds.segments import Window, select_segments, window_count
 
 __all__ = [
@@ -55,59 +55,6 @@ __all__ = [
     "read_job",
     "windows_of",
 ]
-
-_lease_hex = Check(
-    lambda v: isinstance(v, str) and len(v) == 32 and all(c in "0123456789abcdef" for c in v),
-    "must be 32 lowercase hex chars",
-)
-
-
-@frozen
-class JobHandle:
-    """What identifies a lease: enough to hand a job back."""
-
-    id: str = field(validator=text(64))
-    lease: str = field(validator=_lease_hex)
-    run_id: str = field(validator=hex64)
-
-
-@frozen
-class JobAssignment:
-    """The target's assigned sample ids (assignment order) and the round's first global step."""
-
-    sample_ids: tuple[int, ...] = field(validator=attrs.validators.deep_iterable(u_int))
-    global_step0: int = field(validator=u_int)
-
-
-@frozen
-class AuditJob:
-    """An audit job (spec 9.1 plus ``beacon_signature`` and ``dataset_sha256``): leased, or
-    read back by id (``GET /v1/worker/jobs/{id}``, for a dispute), then ``lease`` and
-    ``lease_expires_round`` are None."""
-
-    id: str = field(validator=text(64))
-    lease: str | None = field(validator=optional(_lease_hex))
-    lease_expires_round: int | None = field(validator=optional(u_int))
-    run_id: str = field(validator=hex64)
-    w: int = field(validator=u_int)
-    target: str = field(validator=ss58)
-    challenge: AuditChallenge
-    challenge_hash: str = field(validator=hex64)
-    challenge_envelope: dict[str, Any]
-    round_open: dict[str, Any]
-    commit: Commit
-    commit_envelope: dict[str, Any]
-    delta_manifest: dict[str, Any] | None
-    state_serves: tuple[dict[str, Any], ...]
-    manifest: RunManifest
-    leaves: tuple[str, ...] = field(validator=attrs.validators.deep_iterable(hex64))
-    preimages: tuple[LeafPreimage, ...]
-    assignment: JobAssignment
-    theta_start_sha256: str = field(validator=hex64)
-    ef_in_sha256: str | None = field(validator=optional(hex64))
-    v0_sha256: str | None = field(validator=optional(hex64))
-    beacon_signature: str
-    dataset_sha256: str | None = field(validator=optional(hex64))
 
 
 def _pick(cls: type, data: object) -> object:

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from attrs import frozen
 
+from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import Malformed
 
 __all__ = [
@@ -30,6 +31,8 @@ __all__ = [
     "SCHEME_UNCHAINED_G1",
     "BeaconRound",
     "ChainInfo",
+    "DrandInfo",
+    "DrandMetadata",
     "InvalidRound",
 ]
 
@@ -75,6 +78,27 @@ def _seconds_json(ms: int) -> int | float:
 
 
 @frozen
+class DrandMetadata:
+    """The ``metadata`` of drand's ``/info``."""
+
+    beaconID: str  # noqa: N815 (drand's name)
+
+
+@frozen
+class DrandInfo:
+    """drand's ``/info`` JSON as :meth:`ChainInfo.to_json` writes it (``GET /v1/beacon/info``):
+    ``period`` and ``genesis_time`` in seconds, an int when whole, drand's key names."""
+
+    public_key: str
+    period: float
+    genesis_time: float
+    hash: str
+    groupHash: str  # noqa: N815 (drand's name)
+    schemeID: str  # noqa: N815 (drand's name)
+    metadata: DrandMetadata
+
+
+@frozen
 class ChainInfo:
     """A drand chain: its group public key, schedule, scheme and chain hash."""
 
@@ -114,20 +138,23 @@ class ChainInfo:
     def to_json(self) -> dict[str, Any]:
         """The drand ``/info`` JSON of this chain.
 
-        Written (and parsed) here, not by the converter: the JSON gives ``period`` and
-        ``genesis_time`` in seconds (an int, or a float with millisecond precision) where the
-        class keeps integer milliseconds, uses drand's names (``groupHash``, ``schemeID``,
-        ``metadata.beaconID``), and relays add keys of their own that parsing ignores.
+        Written through :class:`DrandInfo` and the converter, parsed here: the JSON gives
+        ``period`` and ``genesis_time`` in seconds (an int, or a float with millisecond
+        precision) where the class keeps integer milliseconds, uses drand's names
+        (``groupHash``, ``schemeID``, ``metadata.beaconID``), and relays add keys of their own
+        that parsing ignores.
         """
-        return {
-            "public_key": self.public_key,
-            "period": _seconds_json(self.period_ms),
-            "genesis_time": _seconds_json(self.genesis_ms),
-            "hash": self.hash,
-            "groupHash": self.group_hash,
-            "schemeID": self.scheme_id,
-            "metadata": {"beaconID": self.beacon_id},
-        }
+        info = DrandInfo(
+            public_key=self.public_key,
+            period=_seconds_json(self.period_ms),
+            genesis_time=_seconds_json(self.genesis_ms),
+            hash=self.hash,
+            groupHash=self.group_hash,
+            schemeID=self.scheme_id,
+            metadata=DrandMetadata(self.beacon_id),
+        )
+        answer: dict[str, Any] = unstructure(info)
+        return answer
 
     @classmethod
     def from_json(cls, data: object) -> ChainInfo:

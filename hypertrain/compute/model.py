@@ -149,19 +149,6 @@ class Node:
         """Its key is at least ``pair_min_age_ms`` old and it is not on probation."""
         return self.probation == 0 and self.created_ms <= now_ms - settings.pair_min_age_ms
 
-    def status_json(self) -> dict[str, Any]:
-        """The node's entry in the public status view."""
-        return {
-            "id": self.node_id,
-            "handle": self.handle,
-            "capabilities": list(self.capabilities),
-            "hardware": self.hardware,
-            "jobs_done": self.jobs_done,
-            "credits": self.credits,
-            "compute_credits": self.compute_credits,
-            "last_seen": self.last_seen_ms,
-        }
-
     def register_answer(
         self, minted: str | None, strikes: tuple[int, int] = (0, 0)
     ) -> RegisterAnswer:

@@ -30,7 +30,15 @@ import attrs
 from hypertrain.ledger.accounts import Totals
 from hypertrain.ledger.params import FULL_SHARE_MASS, UNIT, LedgerParams
 
-__all__ = ["REASONS", "AnswerRequest", "Reason", "render_answer", "request_of"]
+__all__ = [
+    "REASONS",
+    "AnswerRequest",
+    "Reason",
+    "WeightsAnswer",
+    "WeightsMetadata",
+    "render_answer",
+    "request_of",
+]
 
 Reason = Literal["paid", "nothing_vested", "out_of_order"]
 REASONS: Final[tuple[Reason, ...]] = ("paid", "nothing_vested", "out_of_order")
@@ -42,6 +50,36 @@ class AnswerRequest:
 
     epoch: int
     epoch_at: int
+    computed_at: int
+
+
+@attrs.frozen(kw_only=True)
+class WeightsMetadata:
+    """The answer's ``metadata`` (module doc)."""
+
+    epoch_at: int
+    round_at: int
+    reason: Reason
+    units_paid: int
+    units_burned_this_epoch: int
+    hotkeys_capped: int
+    ledger_minted: int
+    ledger_burned: int
+    ledger_paid: int
+    ledger_pending: int
+
+
+@attrs.frozen(kw_only=True)
+class WeightsAnswer:
+    """The ``get_weights`` answer's shape (module doc), for ``GET /openapi.json``. Not its
+    codec: an answer is persisted as the canonical bytes :func:`render_answer`'s dict encodes to
+    (a weight ``5.0`` is written ``5``) and replayed as those bytes."""
+
+    challenge_slug: str
+    epoch: int
+    weights: dict[str, float]
+    full_share_mass: int
+    metadata: WeightsMetadata
     computed_at: int
 
 

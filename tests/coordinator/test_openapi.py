@@ -24,9 +24,15 @@ import jsonschema_rs
 import trio
 from werkzeug.routing import Map
 
+from hypertrain.beacon.chain import DrandInfo
 from hypertrain.beacon.ingest import IngestAnswer, NoRound
+from hypertrain.compute.status import ComputeStatus
 from hypertrain.compute.wire import LeaseAnswer, RegisterAnswer
+from hypertrain.coordinator.flows.aggregator import RoundInputs
+from hypertrain.coordinator.flows.auditstats import AuditorStats
+from hypertrain.coordinator.flows.disputewire import DisputesList
 from hypertrain.coordinator.flows.honeypots import HoneypotCommitted, HoneypotVerified
+from hypertrain.coordinator.flows.leaderboard import LeaderboardPage
 from hypertrain.coordinator.flows.lifecycle import (
     ConfigAnswer,
     PausedAnswer,
@@ -46,10 +52,12 @@ from hypertrain.coordinator.flows.replies import (
 )
 from hypertrain.coordinator.flows.runview import RunsList
 from hypertrain.coordinator.flows.system import Healthy, VersionAnswer
+from hypertrain.coordinator.flows.viewwire import RosterView, RoundView, RunView
 from hypertrain.coordinator.tables.runs import RosterRow
 from hypertrain.coordinator.web.ledger import ClawbackAnswer
 from hypertrain.coordinator.web.openapi import OPENAPI_PATH, openapi_path_of
 from hypertrain.coordinator.web.routedoc import Doc, Media, docs_of
+from hypertrain.protocol.auditjob import AuditJob, JobServes, StoredJob
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import ErrorBody, SchemaError
 from hypertrain.protocol.hashes import honeypot_commit
@@ -71,6 +79,7 @@ EXERCISED: frozenset[type] = frozenset(
         Healthy,
         IngestAnswer,
         NoRound,
+        DrandInfo,
         RunCreated,
         ConfigAnswer,
         RosterRow,
@@ -79,6 +88,13 @@ EXERCISED: frozenset[type] = frozenset(
         HoneypotCommitted,
         HoneypotVerified,
         RunsList,
+        RunView,
+        RosterView,
+        RoundView,
+        ComputeStatus,
+        LeaderboardPage,
+        AuditorStats,
+        DisputesList,
         RegisterAnswer,
         LeaseAnswer,
         ObjectInfo,
@@ -130,6 +146,14 @@ async def test_the_document_lists_every_rule_of_the_url_map_and_declares_each(
     assert doc["openapi"] == "3.1.0"
     for op in operations:
         assert any(code.startswith("2") for code in op["responses"]), op["operationId"]
+    untyped = [
+        (op["operationId"], code)
+        for op in operations
+        for code, answer in op["responses"].items()
+        if answer.get("content", {}).get("application/json", {}).get("schema") == {"type": "object"}
+    ]
+    # every JSON answer names its class but this document and a checkpoint's stored files
+    assert sorted(untyped) == [("checkpoints.file", "200"), ("openapi.document", "200")]
 
 
 async def test_a_route_added_without_a_declaration_is_marked_undocumented(
@@ -173,6 +197,7 @@ async def _flow(h: Harness) -> None:
     client = h.client
     await client.get("/version")
     await client.get("/health")
+    await client.get("/v1/beacon/info")
     await client.get("/v1/beacon/latest")  # before the first round: {"round": 0}
     await push(h, 1, 2, 3)
     await client.get("/v1/beacon/latest")
@@ -200,6 +225,9 @@ async def _flow(h: Harness) -> None:
     node = {"Authorization": f"Bearer {key}"}
     await client.post("/v1/compute/jobs/lease", json={"wait_ms": 0}, headers=node)
     await client.get("/v1/compute/status")
+    await client.get("/v1/compute/leaderboard", params={"limit": "2"})
+    await client.get(f"/run/{run_id}/auditor-stats")
+    await client.get(f"/v1/runs/{run_id}/disputes")
     blob = b"an object"
     sha = hashlib.sha256(blob).hexdigest()
     await admin(h, "PUT", f"/v1/aggregator/objects/{sha}", content=blob)
@@ -312,9 +340,18 @@ async def _round_and_audit(h: Harness, recorder: _Recorder) -> None:
     worker = admin_headers(WORKER_TOKEN)
     job = (await h.client.post("/v1/worker/lease", headers=worker)).json()
     jobs = f"/v1/worker/jobs/{job['id']}"
+    assert (await h.client.get(jobs, headers=worker)).status_code == 200
+    serves = await h.client.get(f"{jobs}/serves", headers=worker, params={"lease": job["lease"]})
+    assert serves.status_code == 200, serves.text
     await h.client.post(f"{jobs}/heartbeat", headers=worker, json={"lease": job["lease"]})
     give_back = {"lease": job["lease"], "reason": "a test", "retry": True}
     await h.client.post(f"{jobs}/fail", headers=worker, json=give_back)
+    rounds = f"/v1/runs/{audit.run_id}/rounds/0"
+    for query in ({}, {"full": "1"}, {"limit": "1", "full": "1"}):  # the hot views, as served
+        assert (await h.client.get(rounds, params=query)).status_code == 200
+    assert (await h.client.get(f"/v1/runs/{audit.run_id}")).status_code == 200
+    inputs = f"/v1/aggregator/runs/{audit.run_id}/rounds/0/inputs"
+    assert (await h.client.get(inputs, headers=admin_headers())).status_code == 200
 
 
 async def test_the_answers_of_a_round_and_its_audit_match_their_documented_classes(
@@ -332,5 +369,11 @@ async def test_the_answers_of_a_round_and_its_audit_match_their_documented_class
         LeaseExtended,
         HandedBack,
         ObjectInfo,
+        RunView,
+        RoundView,
+        AuditJob,
+        StoredJob,
+        JobServes,
+        RoundInputs,
     }
     assert round_classes <= seen, sorted(c.__name__ for c in round_classes - seen)

@@ -18,21 +18,31 @@ from hypertrain.beacon.ingest import latest_round
 from hypertrain.coordinator.flows.aggregation import audits_settled
 from hypertrain.coordinator.flows.finalize import plan_finalize
 from hypertrain.coordinator.flows.rollback import rollback_causes
-from hypertrain.coordinator.flows.roundopen import TEMPLATE_FIELDS, plan_round, store_round_open
+from hypertrain.coordinator.flows.roundopen import (
+    TEMPLATE_FIELDS,
+    RoundTemplate,
+    plan_round,
+    store_round_open,
+)
 from hypertrain.coordinator.flows.roundview import round_facts
+from hypertrain.coordinator.flows.viewwire import RollbackView
 from hypertrain.coordinator.tables.finality import get_final, get_rollback
 from hypertrain.coordinator.tables.rounds import RoundRow, get_round_row
 from hypertrain.coordinator.tables.runs import active_roster, get_run, next_round_w
 from hypertrain.protocol.converter import unstructure
-from hypertrain.protocol.envelope import Verified
+from hypertrain.protocol.envelope import Envelope, Verified
 from hypertrain.protocol.errors import Conflict, ContractMismatch, NotFound
-from hypertrain.protocol.messages import RoundOpen
+from hypertrain.protocol.messages import Finalize, RoundOpen
 from hypertrain.protocol.validators import hex64, u_int
+from hypertrain.rounds.states import RoundState
 
 __all__ = [
+    "InputMiner",
+    "RollbackCause",
     "RolledBack",
     "RoundApplied",
     "RoundFinalized",
+    "RoundInputs",
     "TapeRecorded",
     "apply_aggregate",
     "inputs_view",
@@ -75,6 +85,47 @@ class RolledBack:
 
     w: int = field(validator=u_int)
     excluded: tuple[str, ...]
+
+
+@frozen
+class InputMiner:
+    """A miner of round ``w`` and its DeltaManifest envelope (null until uploaded)."""
+
+    hotkey: str
+    slot: int
+    status: str
+    delta_manifest: Envelope | None
+
+
+@frozen
+class RollbackCause:
+    """A miner the round's merge used that now holds a fault verdict."""
+
+    hotkey: str
+    verdict_hash: str
+
+
+@frozen(kw_only=True)
+class RoundInputs:
+    """``GET /v1/aggregator/runs/{id}/rounds/{w}/inputs`` (module doc): the shape
+    :func:`inputs_view` writes key for key, declared for ``GET /openapi.json`` (not its codec:
+    the envelopes are spliced as stored, in their canonical key order, which the converter
+    would reorder)."""
+
+    run_id: str
+    w: int
+    state: RoundState
+    now_round: int
+    round_open: Envelope
+    base: int
+    miners: tuple[InputMiner, ...]
+    selected: tuple[str, ...] | None
+    rollback: RollbackView | None
+    rollback_causes: tuple[RollbackCause, ...]
+    next_round_template: RoundTemplate | None
+    final: bool
+    finalize_template: Finalize | None
+    finalize_blocked: str | None
 
 
 def inputs_view(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Final
 
 from attrs import frozen
 
@@ -32,7 +32,14 @@ from hypertrain.coordinator.tables.disputes import disputes_of_run
 from hypertrain.coordinator.tables.runs import get_run
 from hypertrain.rounds.states import FAULT_STATUSES
 
-__all__ = ["AuditRecord", "EpochClock", "auditor_stats", "epoch_stats"]
+__all__ = [
+    "AuditRecord",
+    "AuditorStats",
+    "EpochClock",
+    "EpochStats",
+    "auditor_stats",
+    "epoch_stats",
+]
 
 
 @frozen
@@ -68,25 +75,47 @@ def _rate(num: int, den: int) -> float | None:
     return None if den == 0 else num / den
 
 
-def epoch_stats(records: Iterable[AuditRecord]) -> list[dict[str, Any]]:
+_COUNTS: Final = (
+    "audits",
+    "catches",
+    "overturned",
+    "hp_bad",
+    "hp_bad_caught",
+    "hp_honest",
+    "hp_honest_flagged",
+)
+
+
+@frozen
+class EpochStats:
+    """One chain epoch's audit counts and honeypot rates (module doc; a rate is null when its
+    denominator is 0)."""
+
+    epoch: int
+    audits: int
+    catches: int
+    overturned: int
+    hp_bad: int
+    hp_bad_caught: int
+    hp_honest: int
+    hp_honest_flagged: int
+    honeypot_catch_rate: float | None
+    honeypot_false_positive_rate: float | None
+
+
+@frozen
+class AuditorStats:
+    """``GET /run/{id}/auditor-stats``: the run's epochs with verdicts, by epoch."""
+
+    run_id: str
+    epochs: tuple[EpochStats, ...]
+
+
+def epoch_stats(records: Iterable[AuditRecord]) -> tuple[EpochStats, ...]:
     """The per-epoch counts and rates (module doc), by epoch."""
     counts: dict[int, dict[str, int]] = {}
     for r in records:
-        c = counts.setdefault(
-            r.epoch,
-            dict.fromkeys(
-                (
-                    "audits",
-                    "catches",
-                    "overturned",
-                    "hp_bad",
-                    "hp_bad_caught",
-                    "hp_honest",
-                    "hp_honest_flagged",
-                ),
-                0,
-            ),
-        )
+        c = counts.setdefault(r.epoch, dict.fromkeys(_COUNTS, 0))
         c["audits"] += 1
         c["catches"] += r.fault
         c["overturned"] += r.overturned
@@ -96,15 +125,15 @@ def epoch_stats(records: Iterable[AuditRecord]) -> list[dict[str, Any]]:
         elif r.honeypot is not None:
             c["hp_bad"] += 1
             c["hp_bad_caught"] += r.fault
-    return [
-        {
-            "epoch": epoch,
+    return tuple(
+        EpochStats(
+            epoch=epoch,
             **c,
-            "honeypot_catch_rate": _rate(c["hp_bad_caught"], c["hp_bad"]),
-            "honeypot_false_positive_rate": _rate(c["hp_honest_flagged"], c["hp_honest"]),
-        }
+            honeypot_catch_rate=_rate(c["hp_bad_caught"], c["hp_bad"]),
+            honeypot_false_positive_rate=_rate(c["hp_honest_flagged"], c["hp_honest"]),
+        )
         for epoch, c in sorted(counts.items())
-    ]
+    )
 
 
 def _revealed(conn: sqlite3.Connection, run_id: str) -> dict[str, Mapping[str, str]]:
@@ -121,8 +150,8 @@ def _revealed(conn: sqlite3.Connection, run_id: str) -> dict[str, Mapping[str, s
 
 def auditor_stats(
     conn: sqlite3.Connection, run_id: str, chain: ChainInfo, clock: EpochClock
-) -> dict[str, Any]:
-    """``{run_id, epochs: [...]}`` (404 for an unknown run)."""
+) -> AuditorStats:
+    """The run's :class:`AuditorStats` (404 for an unknown run)."""
     get_run(conn, run_id)
     revealed = _revealed(conn, run_id)
     overturned = {
@@ -139,4 +168,4 @@ def auditor_stats(
         )
         for job in verdicts_of_run(conn, run_id)
     ]
-    return {"run_id": run_id, "epochs": epoch_stats(records)}
+    return AuditorStats(run_id, epoch_stats(records))

@@ -32,7 +32,7 @@ from hypertrain.beacon.chain import ChainInfo
 from hypertrain.beacon.ingest import latest_round
 from hypertrain.compute import jobs_of_subjects
 from hypertrain.coordinator.flows.aggregation import get_aggregation
-from hypertrain.coordinator.flows.auditstats import EpochClock, auditor_stats
+from hypertrain.coordinator.flows.auditstats import EpochClock, EpochStats, auditor_stats
 from hypertrain.coordinator.flows.heldout import get_loss
 from hypertrain.coordinator.flows.pages import Page
 from hypertrain.coordinator.flows.roundview import round_facts, round_view
@@ -100,7 +100,7 @@ class RunBoard:
     roster: RosterCounts
     newest: dict[str, Any] | None
     """The newest round's view (JSON round view, a page of :data:`MINERS_SHOWN` miners)."""
-    epochs: list[dict[str, Any]]
+    epochs: tuple[EpochStats, ...]
     """The newest chain epochs' audit and honeypot rates, oldest first."""
     disputes: dict[str, int]
     """The run's disputes by state."""
@@ -159,7 +159,7 @@ def run_board(
         facts = round_facts(conn, run_id, keys[0].w, Page(limit=MINERS_SHOWN))
         newest = round_view(facts, None)
     disputes = disputes_of_run(conn, run_id)
-    epochs = auditor_stats(conn, run_id, chain, clock)["epochs"]
+    epochs = auditor_stats(conn, run_id, chain, clock).epochs
     return RunBoard(
         run_id=run.run_id,
         status=run.status,

@@ -15,18 +15,31 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from attrs import frozen
+
 from hypertrain.compute.leaderboard import leaderboard_rows, standing_of
-from hypertrain.coordinator.flows.pages import Page
+from hypertrain.compute.wire import Standing
+from hypertrain.coordinator.flows.pages import Page, PageAt
 from hypertrain.protocol.converter import unstructure
 
-__all__ = ["leaderboard_view", "standing_view"]
+__all__ = ["LeaderboardPage", "leaderboard_view", "standing_view"]
+
+
+@frozen
+class LeaderboardPage:
+    """``GET /v1/compute/leaderboard``: a page of the nodes by compute credits."""
+
+    nodes: tuple[Standing, ...]
+    page: PageAt
 
 
 def leaderboard_view(conn: sqlite3.Connection, page: Page) -> dict[str, Any]:
-    """One page of the leaderboard (module doc)."""
+    """One page of the leaderboard (module doc), :class:`LeaderboardPage` written by the
+    converter."""
     rows = leaderboard_rows(conn, offset=page.offset, count=page.fetch)
     shown, where = page.cut(rows)
-    return {"nodes": [unstructure(row) for row in shown], "page": where}
+    answer: dict[str, Any] = unstructure(LeaderboardPage(tuple(shown), PageAt(**where)))
+    return answer
 
 
 def standing_view(conn: sqlite3.Connection, node_id: str) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from attrs import frozen
 from hypertrain.protocol.errors import Malformed
 from hypertrain.protocol.validators import int_in, int_param, u_int
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Page", "page_of"]
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Page", "PageAt", "page_of"]
 
 DEFAULT_LIMIT: Final = 256
 """Items in a page when the query names no ``limit``."""
@@ -39,6 +39,16 @@ MAX_LIMIT: Final = 1024
 _FLAGS: Final = {"0": False, "1": True}
 
 T = TypeVar("T")
+
+
+@frozen
+class PageAt:
+    """Where a page stands, the answers' ``page`` (:meth:`Page.cut`): ``next_offset`` null on
+    the last page."""
+
+    offset: int
+    limit: int
+    next_offset: int | None
 
 
 @frozen

@@ -17,6 +17,7 @@ import sqlite3
 from collections.abc import Collection, Mapping
 from typing import Any
 
+import attrs
 from attrs import frozen
 
 from hypertrain.coordinator.tables.rounds import RoundRow, get_round_row, insert_round
@@ -35,6 +36,7 @@ from hypertrain.rounds.states import RoundState
 __all__ = [
     "TEMPLATE_FIELDS",
     "RoundPlan",
+    "RoundTemplate",
     "parse_manifest",
     "plan_round",
     "seal_round_open",
@@ -62,6 +64,23 @@ def parse_manifest(envelope_text: str) -> RunManifest:
     return structure(RunManifest, json.loads(envelope_text)["body"])
 
 
+@frozen(kw_only=True)
+class RoundTemplate:
+    """RoundOpen minus the four state hashes: the inputs view's ``next_round_template``, what
+    an aggregator's RoundOpen(w + 1) must carry."""
+
+    w: int
+    roster: tuple[RosterEntry, ...]
+    roster_hash: str
+    honeypot_commit: str
+    d_open: int
+    d_assign: int
+    d_commit: int
+    d_audit: int
+    d_upload: int
+    d_final: int
+
+
 @frozen
 class RoundPlan:
     """The server's template of round ``w`` plus what it stores beside the RoundOpen."""
@@ -74,33 +93,11 @@ class RoundPlan:
     base: int
     reasons: Mapping[str, tuple[str, ...]]
 
-    def template_json(self) -> dict[str, Any]:
-        """RoundOpen minus the four state hashes, as JSON."""
+    def template(self) -> RoundTemplate:
+        """RoundOpen minus the four state hashes."""
         d = self.deadlines
-        return {
-            "w": self.w,
-            "roster": [unstructure(entry) for entry in self.roster],
-            "roster_hash": self.roster_hash,
-            "honeypot_commit": self.honeypot_commit,
-            "d_open": d.d_open,
-            "d_assign": d.d_assign,
-            "d_commit": d.d_commit,
-            "d_audit": d.d_audit,
-            "d_upload": d.d_upload,
-            "d_final": d.d_final,
-        }
-
-    def body(
-        self, *, prev_final_hash: str, theta_hash: str, outer_state_hash: str, center_hash: str
-    ) -> RoundOpen:
-        """The RoundOpen of this plan with the given state hashes."""
-        d = self.deadlines
-        return RoundOpen(
+        return RoundTemplate(
             w=self.w,
-            prev_final_hash=prev_final_hash,
-            theta_hash=theta_hash,
-            outer_state_hash=outer_state_hash,
-            center_hash=center_hash,
             roster=self.roster,
             roster_hash=self.roster_hash,
             honeypot_commit=self.honeypot_commit,
@@ -110,6 +107,23 @@ class RoundPlan:
             d_audit=d.d_audit,
             d_upload=d.d_upload,
             d_final=d.d_final,
+        )
+
+    def template_json(self) -> dict[str, Any]:
+        """:meth:`template` as JSON."""
+        written: dict[str, Any] = unstructure(self.template())
+        return written
+
+    def body(
+        self, *, prev_final_hash: str, theta_hash: str, outer_state_hash: str, center_hash: str
+    ) -> RoundOpen:
+        """The RoundOpen of this plan with the given state hashes."""
+        return RoundOpen(
+            prev_final_hash=prev_final_hash,
+            theta_hash=theta_hash,
+            outer_state_hash=outer_state_hash,
+            center_hash=center_hash,
+            **attrs.asdict(self.template(), recurse=False),
         )
 
 

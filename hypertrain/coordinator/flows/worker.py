@@ -56,6 +56,7 @@ from hypertrain.coordinator.tables.miners import (
 )
 from hypertrain.coordinator.tables.rounds import get_round_row
 from hypertrain.coordinator.tables.runs import get_run, record_seen
+from hypertrain.protocol.auditjob import VerdictRecorded
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.envelope import NEVER, check_shape, seal, verify
 from hypertrain.protocol.errors import (
@@ -391,7 +392,7 @@ def complete_job(
         verdict_round=d,
     )
     set_verdict_status(conn, job.run_id, job.w, job.target, result)
-    answer: dict[str, Any] = {"id": job.job_id, "state": "done", "result": result}
+    forfeited = None
     if result in FAULT_STATUSES:
         set_blacklisted(conn, job.run_id, job.target)
         cause = _CAUSE[result]
@@ -407,8 +408,11 @@ def complete_job(
         )
         envelope = seal(coord, "Forfeit", job.run_id, forfeit, NEVER)
         insert_forfeit(conn, job.run_id, job.w, job.target, cause, envelope.encode().decode(), d)
-        answer["forfeit"] = envelope.to_json()
-    return answer, _event(job, "verdict", result=result, auditor=verified.envelope.signer)
+        forfeited = envelope
+    answer = VerdictRecorded(id=job.job_id, state="done", result=result, forfeit=forfeited)
+    return unstructure(answer), _event(
+        job, "verdict", result=result, auditor=verified.envelope.signer
+    )
 
 
 def _check_withheld(conn: sqlite3.Connection, job: JobRow, D: int) -> None:  # noqa: N803

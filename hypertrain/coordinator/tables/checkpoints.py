@@ -17,6 +17,8 @@ from typing import Any, Final
 from attrs import frozen
 
 from hypertrain.aggregator.checkpoint import LINEAGE_FILE, MANIFEST_FILE, MODEL_FILE
+from hypertrain.aggregator.checkpoint_listing import Entry
+from hypertrain.protocol.converter import unstructure
 from hypertrain.rounds.checkpoints import CheckpointStatus
 
 __all__ = [
@@ -58,15 +60,20 @@ class CheckpointRow:
         }
 
     def listing(self) -> dict[str, Any]:
+        """The JSON of :meth:`entry` (the checkpoint event's fields)."""
+        listed: dict[str, Any] = unstructure(self.entry())
+        return listed
+
+    def entry(self) -> Entry:
         """The entry of ``GET /v1/runs/{id}/checkpoints``."""
-        return {
-            "w": self.w,
-            "rounds": [0, self.w],
-            "status": self.status,
-            "theta_hash": self.theta_hash,
-            "files": self.files(),
-            "written_round": self.written_round,
-        }
+        return Entry(
+            w=self.w,
+            rounds=(0, self.w),
+            status=self.status,
+            theta_hash=self.theta_hash,
+            files=self.files(),
+            written_round=self.written_round,
+        )
 
 
 def _row(row: Sequence[Any]) -> CheckpointRow:

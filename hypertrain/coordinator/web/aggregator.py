@@ -59,6 +59,7 @@ from hypertrain.coordinator.flows.aggregator import (
     RolledBack,
     RoundApplied,
     RoundFinalized,
+    RoundInputs,
     TapeRecorded,
     apply_aggregate,
     inputs_view,
@@ -76,7 +77,7 @@ from hypertrain.coordinator.flows.taperecord import (
 )
 from hypertrain.coordinator.web.auth import require_admin
 from hypertrain.coordinator.web.http import json_response, read_json
-from hypertrain.coordinator.web.routedoc import UNTYPED, Doc, Param, add_route, errors
+from hypertrain.coordinator.web.routedoc import Doc, Param, add_route, errors
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.envelope import Envelope, Verified, check_shape, verify
 from hypertrain.protocol.errors import Conflict, Malformed
@@ -259,7 +260,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 summary="what the aggregator merges for round w",
                 auth="admin",
                 params=(Param(name="d_open", schema=pos_int.schema),),
-                answers={200: UNTYPED},
+                answers={200: RoundInputs},
                 errors=errors(409),
             ),
         ),

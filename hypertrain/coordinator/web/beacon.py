@@ -17,11 +17,12 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from hypertrain.beacon import BeaconRound, get_round
+from hypertrain.beacon.chain import DrandInfo
 from hypertrain.beacon.ingest import IngestAnswer, NoRound
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.web.auth import require_admin
 from hypertrain.coordinator.web.http import json_response, read_json
-from hypertrain.coordinator.web.routedoc import UNTYPED, Doc, add_route, errors
+from hypertrain.coordinator.web.routedoc import Doc, add_route, errors
 from hypertrain.protocol.converter import unstructure
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         "beacon.info",
         info,
         "GET",
-        Doc(summary="the drand /info JSON of the chain followed", answers={200: UNTYPED}),
+        Doc(summary="the drand /info JSON of the chain followed", answers={200: DrandInfo}),
     )
     add_route(
         app,

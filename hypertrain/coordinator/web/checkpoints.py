@@ -27,6 +27,7 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from hypertrain.aggregator.checkpoint import LINEAGE_FILE, MANIFEST_FILE
+from hypertrain.aggregator.checkpoint_listing import Listing
 from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.flows.checkpoints import (
     checkpoint_file_key,
@@ -34,7 +35,8 @@ from hypertrain.coordinator.flows.checkpoints import (
     checkpoint_object,
 )
 from hypertrain.coordinator.web.http import JSON_CONTENT_TYPE, json_response, object_response
-from hypertrain.coordinator.web.routedoc import OCTETS, UNTYPED, Doc, Media, add_route
+from hypertrain.coordinator.web.routedoc import OCTETS, Doc, Media, add_route
+from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.validators import HEX64_RE, hex64, pattern
 
 if TYPE_CHECKING:
@@ -50,7 +52,8 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
 
     async def get_list(run_id: str) -> Response:
         rows = await ctx.db.read(checkpoint_listing, run_id)
-        return json_response({"run_id": run_id, "checkpoints": [row.listing() for row in rows]})
+        listing = Listing(run_id, tuple(row.entry() for row in rows))
+        return json_response(unstructure(listing))
 
     async def get_file(run_id: str, w: int, name: str) -> Response:
         key = await ctx.db.read(checkpoint_file_key, run_id, w, name)
@@ -71,7 +74,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         "checkpoints.list",
         get_list,
         "GET",
-        Doc(summary="the run's published checkpoints", answers={200: UNTYPED}),
+        Doc(summary="the run's published checkpoints", answers={200: Listing}),
     )
     add_route(
         app,

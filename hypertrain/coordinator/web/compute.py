@@ -95,7 +95,7 @@ from hypertrain.compute import (
     status,
     trace_event,
 )
-from hypertrain.compute.status import PAGE_DEFAULT, PAGE_MAX
+from hypertrain.compute.status import PAGE_DEFAULT, PAGE_MAX, ComputeStatus
 from hypertrain.compute.wire import (
     BODY_LIMIT,
     LEASE_HEADER,
@@ -120,8 +120,13 @@ from hypertrain.coordinator.flows.compute import (
     job_view,
     register_for,
 )
-from hypertrain.coordinator.flows.leaderboard import leaderboard_view, standing_view
+from hypertrain.coordinator.flows.leaderboard import (
+    LeaderboardPage,
+    leaderboard_view,
+    standing_view,
+)
 from hypertrain.coordinator.flows.pages import page_of
+from hypertrain.coordinator.flows.viewwire import ScoringJobView
 from hypertrain.coordinator.web.auth import request_bearer, require_admin
 from hypertrain.coordinator.web.http import (
     cached_json_response,
@@ -132,7 +137,6 @@ from hypertrain.coordinator.web.http import (
 from hypertrain.coordinator.web.leasepath import LEASE_PATH, serve_lease_path
 from hypertrain.coordinator.web.routedoc import (
     OCTETS,
-    UNTYPED,
     Doc,
     Media,
     Param,
@@ -355,7 +359,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 Param(name="limit", schema=int_in(1, PAGE_MAX).schema),
                 Param(name="after", schema={"type": "string", "minLength": 1, "maxLength": 64}),
             ),
-            answers={200: UNTYPED},
+            answers={200: ComputeStatus},
         ),
     )
     add_route(
@@ -367,7 +371,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         Doc(
             summary="the nodes by compute credits, one page",
             params=PAGE_PARAMS,
-            answers={200: UNTYPED},
+            answers={200: LeaderboardPage},
         ),
     )
     add_route(
@@ -388,7 +392,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
         "compute.step",
         get_job_view,
         "GET",
-        Doc(summary="one scoring step's state and result", answers={200: UNTYPED}),
+        Doc(summary="one scoring step's state and result", answers={200: ScoringJobView}),
     )
     add_route(
         app,

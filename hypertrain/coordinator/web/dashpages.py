@@ -222,12 +222,12 @@ def _rate(value: object) -> str:
 def _audits(board: RunBoard) -> str:
     rows = [
         _row(
-            str(int(e["epoch"])),
-            str(int(e["audits"])),
-            str(int(e["catches"])),
-            str(int(e["overturned"])),
-            _rate(e["honeypot_catch_rate"]),
-            _rate(e["honeypot_false_positive_rate"]),
+            str(e.epoch),
+            str(e.audits),
+            str(e.catches),
+            str(e.overturned),
+            _rate(e.honeypot_catch_rate),
+            _rate(e.honeypot_false_positive_rate),
         )
         for e in board.epochs
     ]

@@ -34,10 +34,17 @@ from hypertrain.coordinator.flows.disputes import (
     post_dispute,
     post_resolution,
 )
+from hypertrain.coordinator.flows.disputewire import (
+    BisectTaken,
+    DisputeOpened,
+    DisputeResolved,
+    DisputesList,
+    DisputeView,
+)
 from hypertrain.coordinator.flows.miner import signer_of
 from hypertrain.coordinator.web.auth import require_worker
 from hypertrain.coordinator.web.http import json_response, read_json
-from hypertrain.coordinator.web.routedoc import UNTYPED, Doc, Param, add_route, errors
+from hypertrain.coordinator.web.routedoc import Doc, Param, add_route, errors
 from hypertrain.protocol.envelope import Envelope
 from hypertrain.protocol.errors import Malformed
 from hypertrain.protocol.ss58 import SS58_RE
@@ -115,7 +122,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             Doc(
                 summary="dispute a verdict (Dispute envelope)",
                 body=Envelope,
-                answers={200: UNTYPED},
+                answers={200: DisputeOpened},
                 errors=errors(401, 403, 409, 422, 503),
             ),
         ),
@@ -127,7 +134,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             Doc(
                 summary="a party's bisection step (Bisect envelope)",
                 body=Envelope,
-                answers={200: UNTYPED},
+                answers={200: BisectTaken},
                 errors=refusals,
             ),
         ),
@@ -140,7 +147,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 summary="the referee's Resolution envelope",
                 auth="worker",
                 body=Envelope,
-                answers={200: UNTYPED},
+                answers={200: DisputeResolved},
                 errors=refusals,
             ),
         ),
@@ -149,7 +156,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             "list",
             listing,
             "GET",
-            Doc(summary="a run's disputes", params=filters, answers={200: UNTYPED}),
+            Doc(summary="a run's disputes", params=filters, answers={200: DisputesList}),
         ),
         (
             f"{runs}/disputes/<dispute_id>",
@@ -159,7 +166,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             Doc(
                 summary="one dispute",
                 path={"dispute_id": pattern(HEX64_RE)},
-                answers={200: UNTYPED},
+                answers={200: DisputeView},
             ),
         ),
     ]

@@ -30,8 +30,9 @@ from hypertrain.coordinator.context import Coordinator
 from hypertrain.coordinator.tables.runs import get_run
 from hypertrain.coordinator.web.auth import require_admin, require_internal
 from hypertrain.coordinator.web.http import json_response, read_json
-from hypertrain.coordinator.web.routedoc import UNTYPED, Doc, Param, add_route, errors
+from hypertrain.coordinator.web.routedoc import Doc, Param, add_route, errors
 from hypertrain.ledger import LedgerRefused
+from hypertrain.ledger.answers import WeightsAnswer
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import Conflict, Malformed, NotConfigured
 from hypertrain.protocol.validators import int_param, pos_int, ss58, u_int
@@ -154,7 +155,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 Param(name="epoch", schema=u_int.schema, required=True),
                 Param(name="epoch_at", schema=u_int.schema),
             ),
-            answers={200: UNTYPED},
+            answers={200: WeightsAnswer},
             errors=errors(409),
         ),
     )

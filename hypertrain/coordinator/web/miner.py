@@ -67,7 +67,7 @@ from hypertrain.coordinator.flows.serves import (
     state_blob_size,
 )
 from hypertrain.coordinator.web.http import json_response, read_json
-from hypertrain.coordinator.web.routedoc import UNTYPED, Doc, add_route, errors
+from hypertrain.coordinator.web.routedoc import Doc, add_route, errors
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.envelope import Envelope, verify
 from hypertrain.protocol.errors import ContractMismatch, ErrorBody
@@ -152,7 +152,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
     runs = "/v1/runs/<run_id>"
     refusals = errors(401, 403, 409, 422, 503)
 
-    def signed(summary: str, answer: object = UNTYPED, **more: Any) -> Doc:
+    def signed(summary: str, answer: object, **more: Any) -> Doc:
         return Doc(summary=summary, body=Envelope, answers={200: answer}, errors=refusals, **more)
 
     rules: list[tuple[str, str, Callable[..., Awaitable[Response]], Doc]] = [

@@ -26,7 +26,6 @@ from quart_trio import QuartTrio
 __all__ = [
     "AUTHS",
     "OCTETS",
-    "UNTYPED",
     "Auth",
     "Doc",
     "Media",
@@ -64,8 +63,6 @@ class Param:
 
 OCTETS: Final = "application/octet-stream"
 """An object's bytes."""
-UNTYPED: Final = Media("application/json")
-"""A JSON object answer that no class describes yet (a view still built as a dict)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -33,7 +33,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from hypertrain.coordinator.context import Coordinator
-from hypertrain.coordinator.flows.auditstats import EpochClock, auditor_stats
+from hypertrain.coordinator.flows.auditstats import AuditorStats, EpochClock, auditor_stats
 from hypertrain.coordinator.flows.honeypots import (
     HoneypotCommitRequest,
     HoneypotCommitted,
@@ -53,6 +53,7 @@ from hypertrain.coordinator.flows.lifecycle import (
 )
 from hypertrain.coordinator.flows.pages import MAX_LIMIT, page_of
 from hypertrain.coordinator.flows.runview import RunsList, roster_view, run_view, runs_list
+from hypertrain.coordinator.flows.viewwire import RosterView, RoundView, RunView
 from hypertrain.coordinator.tables.runs import (
     PausedRequest,
     RosterRequest,
@@ -63,7 +64,7 @@ from hypertrain.coordinator.tables.runs import (
 )
 from hypertrain.coordinator.web.auth import require_admin
 from hypertrain.coordinator.web.http import cached_json_response, json_response, read_json
-from hypertrain.coordinator.web.routedoc import UNTYPED, Doc, Param, add_route, errors
+from hypertrain.coordinator.web.routedoc import Doc, Param, add_route, errors
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.envelope import Envelope
 from hypertrain.protocol.errors import Malformed, NotConfigured
@@ -190,11 +191,13 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
 
     async def get_auditor_stats(run_id: str) -> Response:
         clock = EpochClock.of(ctx.settings, ctx.chain)
-        return json_response(await ctx.db.read(auditor_stats, run_id, ctx.chain, clock))
+        return json_response(
+            unstructure(await ctx.db.read(auditor_stats, run_id, ctx.chain, clock))
+        )
 
     admin = "/v1/admin/runs/<run_id>"
     hotkey = {"hotkey": pattern(SS58_RE)}
-    paged = Doc(summary="", params=PAGE_PARAMS, answers={200: UNTYPED})
+    paged = Doc(summary="", params=PAGE_PARAMS, answers={})
     rules: list[tuple[str, str, Callable[..., Awaitable[Response]], str, Doc]] = [
         (
             "/v1/admin/runs",
@@ -287,34 +290,40 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             ),
         ),
         ("/v1/runs", "list", get_runs, "GET", Doc(summary="the runs", answers={200: RunsList})),
-        ("/v1/runs/<run_id>", "view", get_run, "GET", attrs.evolve(paged, summary="one run")),
+        (
+            "/v1/runs/<run_id>",
+            "view",
+            get_run,
+            "GET",
+            attrs.evolve(paged, summary="one run", answers={200: RunView}),
+        ),
         (
             "/v1/runs/<run_id>/roster",
             "roster_view",
             get_roster,
             "GET",
-            attrs.evolve(paged, summary="a run's roster"),
+            attrs.evolve(paged, summary="a run's roster", answers={200: RosterView}),
         ),
         (
             "/v1/runs/<run_id>/rounds/<u53:w>",
             "round",
             get_round,
             "GET",
-            attrs.evolve(paged, summary="one round of a run"),
+            attrs.evolve(paged, summary="one round of a run", answers={200: RoundView}),
         ),
         (
             "/run/<run_id>/auditor-stats",
             "auditor_stats",
             get_auditor_stats,
             "GET",
-            Doc(summary="the auditors' epochs (spec 6.5)", answers={200: UNTYPED}),
+            Doc(summary="the auditors' epochs (spec 6.5)", answers={200: AuditorStats}),
         ),
         (
             "/v1/runs/<run_id>/auditor-stats",
             "auditor_stats_v1",
             get_auditor_stats,
             "GET",
-            Doc(summary="the auditors' epochs (spec 6.5)", answers={200: UNTYPED}),
+            Doc(summary="the auditors' epochs (spec 6.5)", answers={200: AuditorStats}),
         ),
     ]
     for rule, name, view, method, doc in rules:

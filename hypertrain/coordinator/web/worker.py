@@ -41,7 +41,8 @@ from hypertrain.coordinator.flows.worker import (
 )
 from hypertrain.coordinator.web.auth import require_worker
 from hypertrain.coordinator.web.http import json_response, read_body, read_json
-from hypertrain.coordinator.web.routedoc import UNTYPED, Doc, Param, add_route, errors
+from hypertrain.coordinator.web.routedoc import Doc, Param, add_route, errors
+from hypertrain.protocol.auditjob import AuditJob, JobServes, StoredJob, VerdictRecorded
 from hypertrain.protocol.converter import structure, unstructure
 from hypertrain.protocol.errors import Malformed
 from hypertrain.protocol.jcs import parse_json
@@ -111,7 +112,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 auth="worker",
                 body=LeaseFilter,
                 body_required=False,
-                answers={200: UNTYPED, 204: None},
+                answers={200: AuditJob, 204: None},
             ),
         ),
         (
@@ -119,7 +120,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
             "job",
             job,
             "GET",
-            Doc(summary="a job's JSON", auth="worker", answers={200: UNTYPED}),
+            Doc(summary="a job's JSON", auth="worker", answers={200: StoredJob}),
         ),
         (
             f"{jobs}/serves",
@@ -130,7 +131,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 summary="the state serves of a leased job",
                 auth="worker",
                 params=(lease_param,),
-                answers={200: UNTYPED},
+                answers={200: JobServes},
                 errors=errors(409),
             ),
         ),
@@ -156,7 +157,7 @@ def register(app: QuartTrio, ctx: Coordinator, parts: AppParts) -> None:
                 summary="hand in a signed ReplayVerdict",
                 auth="worker",
                 body=CompleteRequest,
-                answers={200: UNTYPED},
+                answers={200: VerdictRecorded},
                 errors=errors(403, 409, 422),
             ),
         ),
