@@ -15,7 +15,9 @@ Promises:
   ``jobs_done`` move back together. It never makes a balance negative: it takes
   ``min(paid, credits, compute_credits)`` and records both figures (a shortfall, which nothing
   in the book can cause since nothing else spends compute credit, stays visible in the row
-  instead of a negative balance). A copy never paid, or already clawed back, gives nothing.
+  instead of a negative balance). A copy paid on probation (0 credit) owes its answer again:
+  the node's ``probation`` goes back up by one, so answers later shown wrong never end a
+  probation. A copy never paid, or already clawed back, gives nothing.
 Events name the node: they are published only once the copy's job is settled.
 """
 
@@ -46,9 +48,9 @@ def pay(
     ).fetchone()
     credit = 0 if owed > 0 else settings.credit
     inserted = conn.execute(
-        "INSERT OR IGNORE INTO compute_credits (copy_id, node_id, job_id, amount, paid_ms)"
-        " VALUES (?, ?, ?, ?, ?)",
-        (copy.copy_id, copy.node_id, copy.job_id, credit, now_ms),
+        "INSERT OR IGNORE INTO compute_credits"
+        " (copy_id, node_id, job_id, amount, paid_ms, probation) VALUES (?, ?, ?, ?, ?, ?)",
+        (copy.copy_id, copy.node_id, copy.job_id, credit, now_ms, int(owed > 0)),
     ).rowcount
     if not inserted:
         return []
@@ -130,11 +132,11 @@ def claw_back(conn: sqlite3.Connection, copy: Copy, now_ms: int) -> dict[str, An
     """Take back ``copy``'s payout (module doc): ``{node, copy, paid, clawed}``, or None when
     there is nothing (left) to take."""
     paid = conn.execute(
-        "SELECT amount FROM compute_credits WHERE copy_id = ?", (copy.copy_id,)
+        "SELECT amount, probation FROM compute_credits WHERE copy_id = ?", (copy.copy_id,)
     ).fetchone()
     if paid is None:
         return None
-    (amount,) = paid
+    amount, on_probation = paid
     credits, compute = conn.execute(
         "SELECT credits, compute_credits FROM compute_nodes WHERE node_id = ?", (copy.node_id,)
     ).fetchone()
@@ -148,7 +150,7 @@ def claw_back(conn: sqlite3.Connection, copy: Copy, now_ms: int) -> dict[str, An
         return None
     conn.execute(
         "UPDATE compute_nodes SET credits = credits - ?, compute_credits = compute_credits - ?,"
-        " jobs_done = max(jobs_done - 1, 0) WHERE node_id = ?",
-        (clawed, clawed, copy.node_id),
+        " jobs_done = max(jobs_done - 1, 0), probation = probation + ? WHERE node_id = ?",
+        (clawed, clawed, on_probation, copy.node_id),
     )
     return {"node": copy.node_id, "copy": copy.copy_id, "paid": amount, "clawed": clawed}

@@ -7,9 +7,11 @@ re-scores it) -> ``agreed`` | ``replaced`` | ``inconclusive``.
 Promises (each the body of one transaction, or part of the caller's; times from the caller):
 
 - :func:`note_agreement` (inside the settling transaction, :func:`.transitions.settle_job`): a
-  step settled by ``agreement`` while ``audit_permille > 0`` is entered once, ``waiting``, with
-  no draw round yet. Steps settled by a third copy or by the fallback are not entered (the
-  fallback's result is the trusted one already).
+  step of a deterministic challenge that nodes settled (by ``agreement``, or by a ``third-copy``:
+  two colluders can win a split against an honest node) while ``audit_permille > 0`` is
+  entered once, ``waiting``, with no draw round yet. Steps the fallback settled are not (its
+  result is the trusted one already), nor timing steps (the trusted evaluator would time the
+  daemon's hardware, not the nodes' class).
 - :func:`fix_draw_rounds`: every entered step without a draw round gets ``draw``, the beacon
   observer's :func:`.draws.draw_round`; it never changes afterwards.
 - :func:`due_draws`: the waiting steps whose draw round is at or below ``latest``.

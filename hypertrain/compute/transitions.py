@@ -182,9 +182,10 @@ def settle_job(
         events += pay(conn, copy, now_ms, settings)
     for copy in losers:
         events += strike(conn, copy, now_ms, settings)
-    if how == "agreement" and get_challenge(job.challenge).kind == "deterministic":
-        # a timing job is never re-scored: the trusted evaluator would time the daemon's
-        # hardware, not the class the two nodes measured (it has no fallback either)
+    if how in ("agreement", "third-copy") and get_challenge(job.challenge).kind == "deterministic":
+        # nodes settled it (two colluders winning a split through a third copy too); a timing
+        # job is never re-scored: the trusted evaluator would time the daemon's hardware, not
+        # the class the nodes measured (it has no fallback either)
         note_agreement(conn, job.job_id, now_ms, settings)
     return events
 

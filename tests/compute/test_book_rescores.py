@@ -175,7 +175,7 @@ async def test_a_skipped_step_is_never_rescored(book: Book) -> None:
     assert await book.db.read(pending_rescores) == []
 
 
-async def test_only_agreements_are_entered_and_none_at_zero_permille(book: Book) -> None:
+async def test_node_settled_steps_are_entered_and_none_at_zero_permille(book: Book) -> None:
     book.settings = attrs.evolve(book.settings, audit_permille=0)
     quiet, _, _ = await _agreed(book, LOSS)
     assert await book.db.read(rescore_state, quiet) is None
@@ -196,7 +196,63 @@ async def test_only_agreements_are_entered_and_none_at_zero_permille(book: Book)
     assert gc is not None
     await book.post(c, gc.copy_id, good(gc), T0 + 6)
     assert (await book.job(job)).settled_how == "third-copy"
-    assert await book.db.read(rescore_state, job) is None
+    assert await book.db.read(rescore_state, job) == "waiting"  # nodes settled it: entered
+
+
+async def test_colluders_winning_a_split_by_a_third_copy_are_struck_and_clawed_back(
+    book: Book,
+) -> None:
+    """An honest node answers the trusted value, a colluder another; a second colluder takes
+    the third copy and sides with the first: the step settles on the wrong value and the
+    honest node is struck. The sampled re-score catches the pair as it catches an agreement."""
+    _all_drawn(book)
+    honest, _ = await book.node(handle="honest")
+    a, _ = await book.node(handle="colluder-a")
+    c, _ = await book.node(handle="colluder-c")
+    job = await book.enqueue(subject={"run_id": "r1", "w": 2, "hotkey": "h"})
+    gh, ga = await book.lease(honest, T0 + 1), await book.lease(a, T0 + 2)
+    assert gh is not None
+    assert ga is not None
+    await book.post(honest, gh.copy_id, good(gh, LOSS), T0 + 3)
+    await book.post(a, ga.copy_id, good(ga, WRONG), T0 + 4)
+    gc = await book.lease(c, T0 + 5)
+    assert gc is not None
+    await book.post(c, gc.copy_id, good(gc, WRONG), T0 + 6)
+    assert (await book.job(job)).settled_how == "third-copy"
+    await _draw(book, job)
+    events = await _rescore(book, job, TRUSTED)
+    assert await book.db.read(rescore_state, job) == "replaced"
+    assert events[0][1]["struck"] == [a.node_id, c.node_id]
+    for node in (a, c):
+        assert ((await book.fresh(node)).compute_credits, await book.strikes(node)) == (
+            0,
+            ["2024-01-01"],
+        )
+
+
+async def test_an_answer_given_on_probation_and_clawed_back_is_owed_again(book: Book) -> None:
+    """A key on probation earns nothing for its first agreed answers but counts them down; one
+    a re-score shows wrong is owed again, so wrong answers never end a probation."""
+    _all_drawn(book)
+    p, _ = await book.node(handle="on-probation")
+    await book.db.write(
+        lambda conn: conn.execute(
+            "UPDATE compute_nodes SET probation = 2 WHERE node_id = ?", (p.node_id,)
+        )
+    )
+    b, _ = await book.node(handle="established")
+    job = await book.enqueue(subject={"run_id": "r1", "w": 3, "hotkey": "h"})
+    gp, gb = await book.lease(p, T0 + 1), await book.lease(b, T0 + 2)
+    assert gp is not None
+    assert gb is not None
+    await book.post(p, gp.copy_id, good(gp, WRONG), T0 + 3)
+    await book.post(b, gb.copy_id, good(gb, WRONG), T0 + 4)
+    assert ((await book.fresh(p)).probation, (await book.fresh(p)).credits) == (1, 0)
+    await _draw(book, job)
+    await _rescore(book, job, TRUSTED)
+    assert await book.db.read(rescore_state, job) == "replaced"
+    fresh = await book.fresh(p)
+    assert (fresh.probation, fresh.credits, fresh.jobs_done) == (2, 0, 0)
 
 
 async def test_a_timing_step_settled_by_agreement_is_never_entered(book: Book) -> None:

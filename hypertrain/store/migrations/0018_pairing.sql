@@ -12,6 +12,8 @@
 --                             when its network had a node disabled in the last day.
 -- compute_copies.network:     the network the copy was leased from: two live or answered
 --                             copies of one job never share one.
+-- compute_credits.probation:  1 when the payout was an answer given on probation (amount 0): a
+--                             claw-back of it owes that answer again.
 -- compute_strikes.network:    the network of the struck copy's lease (network strikes);
 -- compute_strikes.disabled_until_ms: set on the strike that disabled the node, to the instant
 --                             it is re-enabled (compute_strikes_disabling: "a node of this
@@ -24,6 +26,9 @@ ALTER TABLE compute_nodes ADD COLUMN probation INTEGER NOT NULL DEFAULT 0;
 UPDATE compute_nodes SET account = node_id;
 
 ALTER TABLE compute_copies ADD COLUMN network TEXT;
+
+ALTER TABLE compute_credits ADD COLUMN probation INTEGER NOT NULL DEFAULT 0
+    CHECK (probation IN (0, 1));
 
 ALTER TABLE compute_strikes ADD COLUMN network TEXT;
 ALTER TABLE compute_strikes ADD COLUMN disabled_until_ms INTEGER;
