@@ -44,7 +44,9 @@ lease it again), event ``returned`` with ``requeued`` true (the hub hands it to 
 poll in the same transaction). A copy of a job gone to the fallback meanwhile is ``cancelled``
 (it would be judged against the trusted result; unanswered, it pays 0), event ``returned`` with
 ``requeued`` false. A copy that moved on (answered, expired, cancelled, leased again) is left
-alone: no change, no event. The node's record is never touched.
+alone: no change, no event. The node's record is never touched, but a slice binding the grant
+made is undone (:func:`~.slices.unbind_holder`: the node never saw the slice, so it may take
+any slice of that window again, unless it holds another copy of one).
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ from hypertrain.compute.nodes import (
 )
 from hypertrain.compute.pairing import pairing_clause
 from hypertrain.compute.rows import JOB_COLUMNS_J, get_copy, get_job, job_from_row
-from hypertrain.compute.slices import LEASE_GUARD, bind_holder, slice_of
+from hypertrain.compute.slices import LEASE_GUARD, bind_holder, slice_of, unbind_holder
 from hypertrain.compute.wire import LeaseGrant
 from hypertrain.protocol.errors import Forbidden
 from hypertrain.scoring.registry import REGISTRY, Challenge, get_challenge
@@ -254,5 +256,7 @@ def return_unsent(conn: sqlite3.Connection, grant: LeaseGrant) -> list[Event]:
         conn.execute(
             "UPDATE compute_copies SET state = 'cancelled' WHERE copy_id = ?", (copy.copy_id,)
         )
+    assert copy.node_id is not None  # leased
+    unbind_holder(conn, job.job_id, copy.node_id, copy.copy_id)
     payload = {"job": job.job_id, "challenge": job.challenge, "trace": job.step}
     return [("returned", {**payload, "requeued": requeued})]

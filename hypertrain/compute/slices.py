@@ -64,6 +64,7 @@ __all__ = [
     "record_window",
     "retire_windows",
     "slice_of",
+    "unbind_holder",
 ]
 
 ROTATED: Final = "rotated"
@@ -211,6 +212,20 @@ def bind_holder(conn: sqlite3.Connection, job_id: str, node_id: str, now_ms: int
         " SELECT window, ?, slice, ? FROM hidden_slice_jobs WHERE job_id = ?"
         " ON CONFLICT DO NOTHING",
         (node_id, now_ms, job_id),
+    )
+
+
+def unbind_holder(conn: sqlite3.Connection, job_id: str, node_id: str, copy_id: str) -> None:
+    """Undo :func:`bind_holder` for a grant whose answer never reached ``node_id`` (copy
+    ``copy_id`` of ``job_id`` went back): the node holds that window's slice no longer, unless
+    it holds or held another copy of a slice job of the window."""
+    conn.execute(
+        "DELETE FROM hidden_slice_holders WHERE node_id = ?"
+        " AND window = (SELECT window FROM hidden_slice_jobs WHERE job_id = ?)"
+        " AND NOT EXISTS (SELECT 1 FROM hidden_slice_jobs s JOIN compute_copies c USING (job_id)"
+        "                 WHERE s.window = hidden_slice_holders.window AND c.node_id = ?"
+        "                 AND c.copy_id != ?)",
+        (node_id, job_id, node_id, copy_id),
     )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hypertrain.compute import Event, LeaseGrant, Node, job_scores
+from hypertrain.compute import Event, LeaseGrant, Node, job_scores, return_unsent
 from hypertrain.compute.slices import Window, enqueue_slices, record_window
 from hypertrain.compute.wire import InputFile
 from hypertrain.coordinator.flows.compute import job_view
@@ -77,6 +77,25 @@ async def test_a_node_gets_one_slice_of_a_window_across_all_its_steps(book: Book
     # Two steps x two slices x two copies, all leased: each node took its slice of both steps.
     assert len(grants) == 8
     assert sorted(len([g for n, g in grants if n.node_id == i]) for i in held) == [2, 2, 2, 2]
+
+
+async def test_a_grant_given_back_unsent_unbinds_its_slice(book: Book) -> None:
+    """A held poll's client left before its grant was sent (``return_unsent``): the node never
+    saw the slice, so it is not bound to it; a node that holds a copy stays bound."""
+    await _open(book, _window())
+    node, _ = await book.node(handle="gone")
+    first = await book.lease(node, T0 + 1)
+    second = await book.lease(node, T0 + 1)  # the same slice of the other step
+    assert first is not None
+    assert second is not None
+    assert _slice_of(first) == _slice_of(second)
+    holders = "SELECT node_id, slice FROM hidden_slice_holders"
+    await book.db.write(lambda conn: return_unsent(conn, first))
+    assert await book.db.read(lambda c: c.execute(holders).fetchall()) == [
+        (node.node_id, _slice_of(first))
+    ]  # it still holds the other step's copy of that slice
+    await book.db.write(lambda conn: return_unsent(conn, second))
+    assert await book.db.read(lambda c: c.execute(holders).fetchall()) == []
 
 
 async def test_the_steps_score_is_the_exact_combination_of_its_slices(book: Book) -> None:
