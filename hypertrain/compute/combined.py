@@ -7,7 +7,8 @@ one (:func:`~hypertrain.compute.jobs.job_scores` adds it to the subject's jobs).
 
 - Window: the newest window (highest epoch) of the step whose slice jobs are all ``settled``;
   while there is none, the newest window. A step re-scored after a rotation keeps its old
-  window's score until the new window's slices have all settled.
+  window's score until the new window's slices have all settled. A round's steps read
+  together (``one_round``) share one window: :func:`round_window`.
 - State: ``unscored`` when a slice is (reason: the first such slice's), else ``settled`` when
   all are, else ``fallback`` when one waits for the fallback, else ``queued``. How: the
   weakest of the slices' (``fallback`` < ``third-copy`` < ``agreement``).
@@ -27,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
 from hypertrain.compute.answers import Answer
@@ -36,7 +37,7 @@ from hypertrain.compute.rows import JOB_COLUMNS_J, job_from_row
 from hypertrain.compute.wire import InputFile
 from hypertrain.scoring.slices import combine
 
-__all__ = ["combine_slices", "combined_step", "combined_steps", "step_id_of"]
+__all__ = ["combine_slices", "combined_step", "combined_steps", "round_window", "step_id_of"]
 
 _SUBJECTS_PER_QUERY: Final = 500
 _HOW_ORDER: Final = ("fallback", "third-copy", "agreement")
@@ -117,9 +118,12 @@ def combine_slices(step_subject: str, window: str, size: int, jobs: Sequence[Job
     )
 
 
-def combined_steps(conn: sqlite3.Connection, subjects: Sequence[str]) -> dict[str, Job]:
+def combined_steps(
+    conn: sqlite3.Connection, subjects: Sequence[str], *, one_round: bool = False
+) -> dict[str, Job]:
     """The combined hidden step of each canonical subject of ``subjects`` that has slice jobs
-    (module doc); subjects without any are absent."""
+    (module doc); subjects without any are absent. ``one_round``: the subjects are one round's
+    miners, whose steps are all read on one window (:func:`round_window`)."""
     groups: dict[str, dict[tuple[int, str], list[Job]]] = {}
     sizes: dict[str, int] = {}
     for start in range(0, len(subjects), _SUBJECTS_PER_QUERY):
@@ -138,10 +142,34 @@ def combined_steps(conn: sqlite3.Connection, subjects: Sequence[str]) -> dict[st
             )
             if window not in sizes:
                 sizes[window] = sum(int(f["size"]) for f in json.loads(slices))
+    common = round_window(groups) if one_round else None
     found: dict[str, Job] = {}
     for step, by_window in groups.items():
-        ordered = sorted(by_window.items(), reverse=True)
-        complete = [(key, jobs) for key, jobs in ordered if all(j.state == "settled" for j in jobs)]
-        (_, window), jobs = (complete or ordered)[0]
+        if common is not None:
+            window, jobs = common[1], by_window[common]
+        else:
+            ordered = sorted(by_window.items(), reverse=True)
+            complete = [(k, jobs) for k, jobs in ordered if all(j.state == "settled" for j in jobs)]
+            (_, window), jobs = (complete or ordered)[0]
         found[step] = combine_slices(step, window, sizes[window], jobs)
     return found
+
+
+def round_window(
+    groups: Mapping[str, Mapping[tuple[int, str], Sequence[Job]]],
+) -> tuple[int, str] | None:
+    """The one window ``(epoch, window)`` a round's sliced hidden steps are read on, from each
+    step's slice jobs by window: the newest window every step has with all its slices
+    ``settled``, else the oldest window they all have (the round's own, before a rotation
+    re-scored them), so that the round's losses, compared with one another, come from one
+    data set. None: no window is common to all (each step then reads its own)."""
+    keys = [set(by_window) for by_window in groups.values()]
+    shared = sorted(set.intersection(*keys)) if keys else []
+    if not shared:
+        return None
+    settled = [
+        key
+        for key in shared
+        if all(j.state == "settled" for by_window in groups.values() for j in by_window[key])
+    ]
+    return settled[-1] if settled else shared[0]

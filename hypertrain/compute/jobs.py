@@ -132,11 +132,13 @@ _SUBJECT: Final = JOB_COLUMNS.split(", ").index("subject")
 
 
 def jobs_of_subjects(
-    conn: sqlite3.Connection, subjects: Sequence[Mapping[str, Any]]
+    conn: sqlite3.Connection, subjects: Sequence[Mapping[str, Any]], *, one_round: bool = False
 ) -> list[list[Job]]:
     """:func:`job_scores` of each of ``subjects``, in their order, in one statement per
     :data:`_SUBJECTS_PER_QUERY` subjects (each a search of the ``(subject, step, challenge)``
-    index), and one more for their sliced hidden steps."""
+    index), and one more for their sliced hidden steps. ``one_round``: the subjects are one
+    round's miners, whose sliced hidden steps are read on one common window (their losses are
+    compared: :func:`hypertrain.compute.combined.round_window`)."""
     texts = [canonical_subject(subject) for subject in subjects]
     found: dict[str, list[Job]] = {text: [] for text in texts}
     for start in range(0, len(texts), _SUBJECTS_PER_QUERY):
@@ -149,7 +151,7 @@ def jobs_of_subjects(
         for row in rows:
             job = job_from_row(row)
             found[row[_SUBJECT]].append(job)
-    for text, step in combined_steps(conn, texts).items():
+    for text, step in combined_steps(conn, texts, one_round=one_round).items():
         found[text].append(step)
         found[text].sort(key=lambda job: (job.step, job.challenge))
     return [found[text] for text in texts]

@@ -30,18 +30,17 @@ from attrs import frozen
 
 from hypertrain.beacon.chain import ChainInfo
 from hypertrain.beacon.ingest import latest_round
-from hypertrain.compute import jobs_of_subjects
 from hypertrain.coordinator.flows.aggregation import get_aggregation
 from hypertrain.coordinator.flows.auditstats import EpochClock, EpochStats, auditor_stats
 from hypertrain.coordinator.flows.heldout import get_loss
 from hypertrain.coordinator.flows.pages import Page
 from hypertrain.coordinator.flows.roundview import round_facts, round_view
+from hypertrain.coordinator.flows.softscores import round_jobs
 from hypertrain.coordinator.tables.audits import draw_of, jobs_of_round
 from hypertrain.coordinator.tables.disputes import DisputeRow, disputes_of_run
 from hypertrain.coordinator.tables.miners import uploaded_hotkeys
 from hypertrain.coordinator.tables.rounds import RoundKey, miner_rows, round_page, round_states
 from hypertrain.coordinator.tables.runs import RosterCounts, get_run, roster_counts
-from hypertrain.coordinator.tables.scoring import scoring_subject
 from hypertrain.rounds.states import FAULT_STATUSES, RoundState
 
 __all__ = [
@@ -121,11 +120,7 @@ def _round_line(conn: sqlite3.Connection, key: RoundKey, state: RoundState) -> R
     run_id, w = key.run_id, key.w
     agg = get_aggregation(conn, run_id, w)
     uploaded = uploaded_hotkeys(conn, run_id, w)
-    steps = [
-        job
-        for jobs in jobs_of_subjects(conn, [scoring_subject(run_id, w, h) for h in uploaded])
-        for job in jobs
-    ]
+    steps = [job for jobs in round_jobs(conn, run_id, w, uploaded).values() for job in jobs]
     hows = collections.Counter(j.settled_how for j in steps if j.state == "settled")
     selected = draw_of(conn, run_id, w)
     results = [job.result for job in jobs_of_round(conn, run_id, w) if job.result is not None]

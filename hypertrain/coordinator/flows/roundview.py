@@ -32,7 +32,7 @@ from typing import Any, Final
 from attrs import field, frozen
 
 from hypertrain.beacon.ingest import get_round, latest_round
-from hypertrain.compute import Job, jobs_of_subjects
+from hypertrain.compute import Job
 from hypertrain.coordinator.flows.aggregation import AggregationRow, get_aggregation
 from hypertrain.coordinator.flows.compactjson import Encoded, encode_json, encoded_list
 from hypertrain.coordinator.flows.disputes import round_disputes
@@ -40,7 +40,7 @@ from hypertrain.coordinator.flows.heldout import get_loss
 from hypertrain.coordinator.flows.lifecycle import parse_manifest
 from hypertrain.coordinator.flows.pages import Page
 from hypertrain.coordinator.flows.rerun import reruns_of_round
-from hypertrain.coordinator.flows.softscores import scores_of_jobs
+from hypertrain.coordinator.flows.softscores import round_jobs, scores_of_jobs
 from hypertrain.coordinator.flows.worker import is_ready
 from hypertrain.coordinator.tables.audits import (
     JobRow,
@@ -66,7 +66,6 @@ from hypertrain.coordinator.tables.rounds import (
     round_states,
 )
 from hypertrain.coordinator.tables.runs import RunRow, get_run
-from hypertrain.coordinator.tables.scoring import scoring_subject
 from hypertrain.protocol.converter import unstructure
 from hypertrain.protocol.errors import NotFound
 from hypertrain.rounds.assignment import Assignment, assign
@@ -157,8 +156,7 @@ def round_facts(
         miners = [(m.hotkey, m.slot, m.status) for m in kept]
         details = {m.hotkey: m for m in kept}
     audits = jobs_of_round(conn, run_id, w)
-    uploaded = uploaded_hotkeys(conn, run_id, w)
-    scores = jobs_of_subjects(conn, [scoring_subject(run_id, w, hotkey) for hotkey in uploaded])
+    scores = round_jobs(conn, run_id, w, uploaded_hotkeys(conn, run_id, w))
     assign_round = get_round(conn, row.deadlines.d_assign) if d >= row.deadlines.d_assign else None
     audit_round = get_round(conn, row.deadlines.d_audit) if d >= row.deadlines.d_audit else None
     return RoundFacts(
@@ -174,7 +172,7 @@ def round_facts(
         paging=paging,
         start_state=get_round_state(conn, run_id, w),
         aggregation=get_aggregation(conn, run_id, w),
-        scores=dict(zip(uploaded, scores, strict=True)),
+        scores=scores,
         heldout_loss=get_loss(conn, run_id, w),
         heldout_loss_after=get_loss(conn, run_id, w + 1),
         selected=draw_of(conn, run_id, w),

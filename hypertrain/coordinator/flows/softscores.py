@@ -4,8 +4,11 @@ The ledger weighs each miner's tokens by its soft score when it finalizes a roun
 :func:`~hypertrain.rounds.softscore.soft_scores` holds the rule, this module finds its input:
 
 - :func:`round_soft_scores` (read): the soft scores of round ``w``'s miners, as they stand in
-  the book now, one ``job_scores`` read per hotkey (the subject is
-  :func:`~hypertrain.coordinator.tables.scoring.scoring_subject`);
+  the book now, one ``jobs_of_subjects`` read of all the round's hotkeys (the subject is
+  :func:`~hypertrain.coordinator.tables.scoring.scoring_subject`), their sliced hidden steps
+  on one window (``one_round``: losses on two data sets are never compared);
+- :func:`round_jobs` (read): the scoring jobs of round ``w``'s miners, that one read (the
+  round view's and the dashboard's);
 - :func:`scores_of_jobs`: the same from scoring jobs already read (the round view's);
 - :func:`settled_hidden_objective`: which of a miner's jobs counts, and its objective.
 
@@ -26,12 +29,12 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 
-from hypertrain.compute import Answer, Job, job_scores
+from hypertrain.compute import Answer, Job, jobs_of_subjects
 from hypertrain.coordinator.tables.scoring import scoring_subject
 from hypertrain.rounds.softscore import soft_scores
 from hypertrain.scoring.registry import DELTA_LOSS
 
-__all__ = ["round_soft_scores", "scores_of_jobs", "settled_hidden_objective"]
+__all__ = ["round_jobs", "round_soft_scores", "scores_of_jobs", "settled_hidden_objective"]
 
 
 def settled_hidden_objective(jobs: Iterable[Job]) -> str | None:
@@ -65,5 +68,13 @@ def round_soft_scores(
     score always has a commit, so passing more hotkeys (the whole roster of the round) gives
     the committed ones the same scores and the others 0.
     """
-    jobs = {h: job_scores(conn, scoring_subject(run_id, w, h)) for h in hotkeys}
-    return scores_of_jobs(hotkeys, jobs)
+    return scores_of_jobs(hotkeys, round_jobs(conn, run_id, w, hotkeys))
+
+
+def round_jobs(
+    conn: sqlite3.Connection, run_id: str, w: int, hotkeys: Sequence[str]
+) -> dict[str, list[Job]]:
+    """The scoring jobs of each of ``hotkeys`` in round ``w`` of the run, in one read; their
+    sliced hidden steps are all read on one window (``one_round``), never two data sets."""
+    subjects = [scoring_subject(run_id, w, h) for h in hotkeys]
+    return dict(zip(hotkeys, jobs_of_subjects(conn, subjects, one_round=True), strict=True))
