@@ -18,6 +18,9 @@ Promises:
   instead of a negative balance). A copy paid on probation (0 credit) owes its answer again:
   the node's ``probation`` goes back up by one, so answers later shown wrong never end a
   probation. A copy never paid, or already clawed back, gives nothing.
+- :func:`pardon` undoes :func:`strike` for a copy a trusted re-score showed right (the honest
+  node of a split two colluders won): its strike row goes, a disable that day's strikes no
+  longer reach is lifted, and the copy is paid as :func:`pay` pays (event ``accepted``).
 Events name the node: they are published only once the copy's job is settled.
 """
 
@@ -30,7 +33,7 @@ from hypertrain.compute.model import ComputeSettings, Event, iso_ms
 from hypertrain.compute.rows import Copy
 from hypertrain.compute.rules import Verdict, next_day_start_ms, utc_day
 
-__all__ = ["claw_back", "pay", "set_verdict", "strike"]
+__all__ = ["claw_back", "pardon", "pay", "set_verdict", "strike"]
 
 
 def _mark(conn: sqlite3.Connection, copy_id: str, verdict: Verdict) -> None:
@@ -110,6 +113,36 @@ def strike(
         "disabled_until_ms": disabled_until,
     }
     return [("strike", payload)]
+
+
+def pardon(
+    conn: sqlite3.Connection, copy: Copy, now_ms: int, settings: ComputeSettings
+) -> list[Event]:
+    """Lift ``copy``'s strike, which a trusted re-score showed wrong, and pay the copy (module
+    doc); nothing for a copy not struck."""
+    assert copy.node_id is not None
+    row = conn.execute(
+        "SELECT day FROM compute_strikes WHERE copy_id = ?", (copy.copy_id,)
+    ).fetchone()
+    if row is None:
+        return []
+    (day,) = row
+    conn.execute("DELETE FROM compute_strikes WHERE copy_id = ?", (copy.copy_id,))
+    (left,) = conn.execute(
+        "SELECT count(*) FROM compute_strikes WHERE node_id = ? AND day = ?",
+        (copy.node_id, day),
+    ).fetchone()
+    if left < settings.strikes_per_day:  # that day's strikes no longer disable it
+        conn.execute(
+            "UPDATE compute_strikes SET disabled_until_ms = NULL WHERE node_id = ? AND day = ?",
+            (copy.node_id, day),
+        )
+    conn.execute(
+        "UPDATE compute_nodes SET disabled_until_ms = coalesce((SELECT max(disabled_until_ms)"
+        " FROM compute_strikes WHERE node_id = ?), 0) WHERE node_id = ?",
+        (copy.node_id, copy.node_id),
+    )
+    return pay(conn, copy, now_ms, settings)
 
 
 def set_verdict(

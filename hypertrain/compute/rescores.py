@@ -31,9 +31,12 @@ Promises (each the body of one transaction, or part of the caller's; times from 
     ``settled_how`` ``fallback`` (the trusted evaluator's result now stands); each paid copy
     the trusted answer judges ``struck`` (:func:`.rules.judge`: the agreeing pair) is struck
     through :func:`.ledger.strike` (a strike of the re-score's UTC day, disabling the node at
-    the day's limit like any other) and its credit taken back by :func:`.ledger.claw_back`.
-    Events: ``audit`` ``{change: "replaced", result, replaced, struck, clawed_back,
-    consumed}``, then the ``strike`` of each node. ``consumed`` comes from the caller (what
+    the day's limit like any other) and its credit taken back by :func:`.ledger.claw_back`;
+    each copy struck at settlement that the trusted answer judges ``paid`` (the honest node of
+    a split two colluders won by a third copy) is pardoned (:func:`.ledger.pardon`: strike
+    lifted, paid). Events: ``audit`` ``{change: "replaced", result, replaced, struck,
+    clawed_back, pardoned, consumed}``, then the ``strike`` of each node struck, then the
+    ``accepted`` of each copy pardoned. ``consumed`` comes from the caller (what
     already used the overturned result, e.g. a round already final): recorded and reported,
     never undone here.
 
@@ -49,7 +52,7 @@ from typing import Any
 
 from hypertrain.compute.answers import Answer
 from hypertrain.compute.draws import is_drawn
-from hypertrain.compute.ledger import claw_back, strike
+from hypertrain.compute.ledger import claw_back, pardon, strike
 from hypertrain.compute.model import ComputeSettings, Event, Job
 from hypertrain.compute.rows import JOB_COLUMNS, counted, get_job, job_from_row
 from hypertrain.compute.rules import agree, is_inconclusive, judge
@@ -193,10 +196,18 @@ def settle_rescore(
     strikes: list[Event] = []
     struck: list[str] = []
     clawed: list[dict[str, Any]] = []
+    pardoned: list[str] = []
+    paid: list[Event] = []
     for copy in counted(conn, job_id):
-        if copy.verdict != "paid" or copy.answer is None:
+        if copy.answer is None:
             continue
-        if judge(challenge, trusted, copy.answer) != "struck":
+        verdict = judge(challenge, trusted, copy.answer)
+        if copy.verdict == "struck" and verdict == "paid":  # it was right all along
+            assert copy.node_id is not None
+            pardoned.append(copy.node_id)
+            paid += pardon(conn, copy, now_ms, settings)
+            continue
+        if copy.verdict != "paid" or verdict != "struck":
             continue
         assert copy.node_id is not None
         struck.append(copy.node_id)
@@ -210,6 +221,7 @@ def settle_rescore(
         "replaced": job.result,
         "struck": struck,
         "clawed_back": clawed,
+        "pardoned": pardoned,
         "consumed": consumed,
     }
-    return [("audit", {**payload, **change}), *strikes]
+    return [("audit", {**payload, **change}), *strikes, *paid]

@@ -22,7 +22,7 @@ from hypertrain.compute import (
     rescore_state,
     settle_rescore,
 )
-from hypertrain.compute.ledger import claw_back
+from hypertrain.compute.ledger import claw_back, pardon, strike
 from hypertrain.compute.rows import get_copy
 from hypertrain.protocol.errors import Conflict, Malformed
 from tests.compute.support import FP, LOSS, OTHER_FP, T0, Book, good, timed
@@ -228,6 +228,30 @@ async def test_colluders_winning_a_split_by_a_third_copy_are_struck_and_clawed_b
             0,
             ["2024-01-01"],
         )
+    # The honest node was right all along: its strike is lifted and its copy paid.
+    assert events[0][1]["pardoned"] == [honest.node_id]
+    fresh = await book.fresh(honest)
+    assert (fresh.compute_credits, fresh.jobs_done, await book.strikes(honest)) == (1, 1, [])
+    assert ("accepted", honest.node_id) in [(k, p.get("node")) for k, p in events]
+
+
+async def test_a_pardon_lifts_the_strike_and_the_disable_it_completed(book: Book) -> None:
+    x, _ = await book.node(handle="x")
+    copies = []
+    for w in range(3):
+        await book.enqueue(subject={"run_id": "r1", "w": 10 + w, "hotkey": "h"})
+        grant = await book.lease(x, T0 + 1)
+        assert grant is not None
+        copies.append(await book.db.read(get_copy, grant.copy_id))
+    for copy in copies:
+        await book.db.write(lambda c, copy=copy: strike(c, copy, T0 + 2, book.settings))
+    assert (await book.fresh(x)).disabled(T0 + 3)  # the day's third strike
+    events = await book.db.write(lambda c: pardon(c, copies[0], T0 + 4, book.settings))
+    fresh = await book.fresh(x)
+    assert not fresh.disabled(T0 + 5)
+    assert (fresh.compute_credits, len(await book.strikes(x))) == (1, 2)
+    assert [kind for kind, _ in events] == ["accepted"]
+    assert await book.db.write(lambda c: pardon(c, copies[0], T0 + 6, book.settings)) == []
 
 
 async def test_an_answer_given_on_probation_and_clawed_back_is_owed_again(book: Book) -> None:
