@@ -166,8 +166,9 @@ def _grant(
         " deadline_ms = ?, network = ? WHERE copy_id = ?",
         (node_id, secret_hash(token), now_ms, deadline, network, copy_id),
     )
-    bind_holder(conn, job.job_id, node_id, now_ms)
     sliced = slice_of(conn, job.job_id)
+    if sliced is not None:
+        bind_holder(conn, sliced, node_id, now_ms)
     grant = LeaseGrant(
         copy_id=copy_id,
         job_id=job.job_id,

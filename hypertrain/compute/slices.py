@@ -204,14 +204,13 @@ def slice_of(conn: sqlite3.Connection, job_id: str) -> SliceJob | None:
     return None if row is None else SliceJob(*row)
 
 
-def bind_holder(conn: sqlite3.Connection, job_id: str, node_id: str, now_ms: int) -> None:
-    """Bind ``node_id`` to the slice of ``job_id``'s window (a no-op for other jobs, and for a
-    node bound to that slice already); the lease transaction calls it with each grant."""
+def bind_holder(conn: sqlite3.Connection, sliced: SliceJob, node_id: str, now_ms: int) -> None:
+    """Bind ``node_id`` to slice ``sliced`` of its window (a no-op for a node bound to that
+    slice already); the lease transaction calls it with each grant of a slice job."""
     conn.execute(
-        "INSERT INTO hidden_slice_holders (window, node_id, slice, bound_ms)"
-        " SELECT window, ?, slice, ? FROM hidden_slice_jobs WHERE job_id = ?"
+        "INSERT INTO hidden_slice_holders (window, node_id, slice, bound_ms) VALUES (?, ?, ?, ?)"
         " ON CONFLICT DO NOTHING",
-        (node_id, now_ms, job_id),
+        (sliced.window, node_id, sliced.slice, now_ms),
     )
 
 
