@@ -199,7 +199,8 @@ async def test_schemathesis_finds_no_server_error_or_schema_violation(tmp_path: 
                 "--seed",
                 str(SEED),
                 "--workers",
-                "2",
+                "1",  # two raced CPython 3.11's ast.parse inside hypothesis ("AST constructor
+                # recursion depth mismatch", a Runtime Error of the tool, not of the daemon)
                 "--request-timeout",
                 "30",
                 "--generation-database",
