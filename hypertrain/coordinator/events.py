@@ -123,6 +123,17 @@ class Subscription:
             raise StopAsyncIteration
         return event
 
+    def receive_nowait(self) -> HubEvent:
+        """The next buffered event without waiting; ``trio.WouldBlock`` when none is.
+
+        Raises ``trio.EndOfChannel`` once the hub is closed, as :meth:`receive` returns None.
+        """
+        if self._closed:
+            raise trio.EndOfChannel
+        if not self._buffer:
+            raise trio.WouldBlock
+        return self._buffer.popleft()
+
     async def receive(self) -> HubEvent | None:
         """The next event, waiting for one; ``None`` once the hub is closed.
 

@@ -55,6 +55,24 @@ async def test_kinds_filter_and_close_ends_every_subscription() -> None:
     assert hub.statistics().closed
 
 
+async def test_receive_nowait_takes_what_is_buffered_and_never_waits() -> None:
+    hub = EventHub()
+    async with hub.subscribe(kinds={"tick"}) as sub:
+        with pytest.raises(trio.WouldBlock):
+            sub.receive_nowait()
+        hub.publish("tick", {"n": 1})
+        hub.publish("other", {})
+        hub.publish("tick", {"n": 2})
+        with trio.testing.assert_no_checkpoints():
+            assert [sub.receive_nowait().json for _ in range(2)] == ['{"n":1}', '{"n":2}']
+            with pytest.raises(trio.WouldBlock):
+                sub.receive_nowait()
+        hub.publish("tick", {"n": 3})
+        hub.close()
+        with pytest.raises(trio.EndOfChannel):
+            sub.receive_nowait()
+
+
 async def test_data_must_be_json() -> None:
     hub = EventHub()
     with pytest.raises(ValueError, match="Out of range float"):
