@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from hypertrain.cli import GROUPS, build_parser, main
+from hypertrain.cli import COMMANDS, GROUPS, build_parser, main
 from tests.cli_support import one_error_line
 from tests.protocol.wire_samples import RUN_ID, bodies
 
@@ -35,6 +38,33 @@ def test_groups_register_on_one_parser() -> None:
     help_text = build_parser().format_help()
     for command in ("keys", "envelope", "jcs"):
         assert command in help_text
+
+
+def _commands(parser: argparse.ArgumentParser) -> list[str]:
+    (subparsers,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return list(subparsers.choices)
+
+
+def test_the_command_map_names_each_groups_commands_and_nothing_else() -> None:
+    assert _commands(build_parser()) == list(COMMANDS)
+    for name in GROUPS:
+        assert _commands(build_parser([name])) == [c for c, g in COMMANDS.items() if g == name]
+
+
+def test_a_command_imports_its_own_group_only(tmp_path: Path) -> None:
+    """``hypertrain keys new`` starts in a fraction of a second: it never imports the other
+    groups' dependencies (a fresh interpreter, since this one has imported everything)."""
+    probe = (
+        "import sys\n"
+        "from hypertrain.cli import main\n"
+        f"assert main(['keys', 'new', '--out', {str(tmp_path / 'k')!r}]) == 0\n"
+        "heavy = ['hypertrain.cli.aggregate', 'hypertrain.cli.beacon', 'httpx', 'trio', 'numpy']\n"
+        "print([m for m in heavy if m in sys.modules])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.splitlines()[-1] == "[]"
 
 
 def test_keys_new_and_show(tmp_path: Path, capsys: Capture) -> None:
