@@ -283,3 +283,32 @@ async def test_a_row_that_cannot_be_fed_does_not_hold_back_the_rows_behind_it(
             left = await h.ctx.db.read(outbox)
     assert [s for s, *_ in fed] == [subject(flow, second)]
     assert [row[2] for row in left] == [first.ss58]
+
+
+async def test_the_genesis_state_is_made_once_per_run(
+    tmp_path: Path,
+    built: Path,
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Round 0's start state is the model's whole initialisation: made for the first delta of
+    the run and reused for the rest (it was made again for every delta)."""
+    made: list[str] = []
+
+    def counting(spec: Any) -> Any:
+        made.append(spec.arch)
+        return init_params(spec)
+
+    monkeypatch.setattr("hypertrain.coordinator.services.scorefeed.init_params", counting)
+    async with open_runs(tmp_path) as h:
+        flow = await scoring_flow(h, built)
+        for key in KEYS[:2]:
+            await uploaded(flow, key)
+        async with running_feed(h):
+            for key in KEYS[:2]:
+                await post_delta(flow, key)
+                await a_pass()
+            fed = await h.ctx.db.read(jobs)
+    assert len(fed) == 2
+    assert len({inputs["state.bin"] for *_, inputs in fed}) == 1
+    assert len(made) == 1
