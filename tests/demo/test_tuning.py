@@ -22,6 +22,7 @@ from hypertrain.demo.tuning import (
     DEMO_CCLIP_TAU,
     DEMO_H,
     DEMO_OUTER_LR,
+    DEMO_OUTER_MOMENTUM,
     DEMO_PRECLIP_NORM,
 )
 from hypertrain.demo.workspace import build_dataset, create_workspace, demo_manifest
@@ -55,6 +56,7 @@ def test_the_demo_manifest_takes_the_measured_settings_and_test_mode_keeps_its_o
     assert demo.inner.H % demo.inner.J == 0
     outer = demo.outer
     assert f32_from_hex(outer.lr) == np.float32(DEMO_OUTER_LR)
+    assert f32_from_hex(outer.momentum) == np.float32(DEMO_OUTER_MOMENTUM)
     assert f32_from_hex(outer.preclip_norm) == np.float32(DEMO_PRECLIP_NORM)
     assert f32_from_hex(outer.cclip_tau) == np.float32(DEMO_CCLIP_TAU)
     test_mode, _ = build_test_mode_manifest(coord_pubkey=example_manifest().coord_pubkey)
