@@ -2,8 +2,8 @@
 
 Run: ``.venv/bin/python bench/byzantine.py [--miners 10] [--byzantine 3] [--rounds 8]
 [--seed 0[,1,...]] [--holdout 64] [--preclip 1.5x] [--tau 0.75x] [--iters 5]
-[--attacks sign-flip,...] [--audit-rows new,bonded,q_base[,new-fresh]] [--no-robust]
-[--no-mean] [--stats]``.
+[--manifest-outer | --demo] [--attacks sign-flip,...] [--audit-rows new,bonded,q_base[,new-fresh]]
+[--no-robust] [--no-mean] [--stats]``.
 
 With several seeds (``--seed 0,1,2``) every row runs once per seed, and a last table gives each
 row's gap to its own seed's baseline averaged over the seeds (with the smallest and largest):
@@ -28,7 +28,8 @@ shapes):
 ``cclip_tau`` and ``cclip_iters`` (the run manifest's ``outer``); a value ending in ``x`` is
 relative to the median honest delta norm of round 0 (every miner trained from theta(0), what an
 operator measures in a trial round before sealing the manifest). ``--manifest-outer`` uses the
-test-mode manifest's own values (1, 1, 1) instead.
+test-mode manifest's own values (1, 1, 1) instead; ``--demo`` the demo's ``H`` and outer
+section (:mod:`hypertrain.demo.tuning`, measured by bench/parity.py).
 
 **Rows.** Each attack runs from the same seed with: a plain mean merge (the same outer step with
 preclip and CenteredClip turned off: both at the float32 maximum, one CenteredClip iteration from
@@ -81,6 +82,7 @@ from hypertrain.aggregator.outerstate import OuterState
 from hypertrain.datasets.build import BuildOptions, build
 from hypertrain.datasets.reader import Dataset
 from hypertrain.datasets.sources import stdlib_sources
+from hypertrain.demo.tuning import tuned
 from hypertrain.protocol.example import example_manifest
 from hypertrain.protocol.f32 import f32_from_hex, f32_hex
 from hypertrain.protocol.manifest import RunManifest
@@ -331,6 +333,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--tau", default="0.75x", help="cclip_tau (Nx: N x honest norm)")
     parser.add_argument("--iters", type=int, default=5, help="cclip_iters")
     parser.add_argument("--manifest-outer", action="store_true", help="the manifest's outer")
+    parser.add_argument(
+        "--demo", action="store_true", help="the demo's H and outer (implies --manifest-outer)"
+    )
     parser.add_argument("--attacks", default=",".join(ATTACKS), help="comma-separated")
     parser.add_argument(
         "--audit-rows",
@@ -457,6 +462,8 @@ def main() -> None:
     args = _parser().parse_args()
     seeds = [int(s) for s in args.seed.split(",") if s]
     manifest, _ = build_test_mode_manifest(coord_pubkey=example_manifest().coord_pubkey)
+    if args.demo:
+        manifest, args.manifest_outer = tuned(manifest), True
     torch = configure(manifest.reference_spec.env)
     print(f"torch threads {torch.get_num_threads()}")
     started = time.perf_counter()

@@ -10,12 +10,13 @@ Layout of a demo directory (a fresh temporary one, or ``--keep DIR``)::
 
 :func:`create_workspace` makes the directories and every secret; :func:`build_dataset` builds
 the dataset; :func:`demo_manifest` is the CPU test-mode manifest of ``hypertrain manifest
-example`` over that dataset and the daemon's chain, with the windows the demo sized from its
-measured training round (:mod:`hypertrain.demo.windows`: ``assign_after_open`` and
-``upload_after_commit``; without them, the test-mode manifest's), and ledger settings short
-enough that escrow vests
-within the demo: epochs of :data:`EPOCH_SECONDS`, vesting after :data:`VEST_ROUNDS` ledger
-rounds (so ``q_base`` :data:`Q_BASE`: ``E_vest_rounds >= ceil(1/q_base)``), the daemon's
+example`` over that dataset and the daemon's chain, with the DiLoCo settings bench/parity.py
+measured (:mod:`hypertrain.demo.tuning`: ``H``, the outer lr, ``preclip_norm`` and
+``cclip_tau``), the windows the demo sized from its measured training round
+(:mod:`hypertrain.demo.windows`: ``assign_after_open`` and ``upload_after_commit``; without
+them, the test-mode manifest's), and ledger settings short enough that escrow vests within the
+demo: epochs of :data:`EPOCH_SECONDS`, vesting after :data:`VEST_ROUNDS` ledger rounds (so
+``q_base`` :data:`Q_BASE`: ``E_vest_rounds >= ceil(1/q_base)``), the daemon's
 settings and the manifest's agreeing.
 """
 
@@ -31,6 +32,7 @@ import attrs
 from hypertrain.beacon.chain import ChainInfo
 from hypertrain.datasets import BuildOptions, DatasetManifest, build
 from hypertrain.datasets.sources import stdlib_sources
+from hypertrain.demo.tuning import tuned
 from hypertrain.demo.windows import Windows
 from hypertrain.protocol.f32 import f32_hex
 from hypertrain.protocol.keys import Keypair, write_seed_file
@@ -217,6 +219,7 @@ def demo_manifest(
     manifest, _ = build_test_mode_manifest(
         coord_pubkey=workspace.coord.ss58, beacon=beacon, dataset=dataset.dataset_spec()
     )
+    manifest = tuned(manifest)
     timeouts = manifest.verify.T
     if windows is not None:
         timeouts = attrs.evolve(
