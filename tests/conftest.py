@@ -7,9 +7,17 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 
 from hypertrain.trainer.determinism import configure, env_vars
 from tests.trainer.helpers import in_process_env
+
+# Property tests are judged by their examples, never by the clock: no per-example deadline and
+# no "input generation is slow" health check, which a busy machine trips (a 1 s budget for
+# generating big stacks failed tests/aggregator/test_screenpass.py in a full run). Loaded here,
+# before any test module builds its @settings, so those inherit it.
+settings.register_profile("hypertrain", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("hypertrain")
 
 
 @pytest.fixture(scope="session")
