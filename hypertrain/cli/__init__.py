@@ -2,8 +2,8 @@
 
 Each command group lives in its own module of this package exposing ``register(subparsers)``,
 which adds its parsers and sets ``handler`` (``(argparse.Namespace) -> int``) on each leaf
-command. To add a group, write the module, append its name to :data:`GROUPS` and its top-level
-commands to :data:`COMMANDS`. The groups are imported lazily: a command imports its own.
+command. To add a group, write the module and add its top-level commands to :data:`COMMANDS`
+(:data:`GROUPS` follows from it). The groups are imported lazily: a command imports its own.
 
 Exit status: 0 success, 1 the input data is invalid (a refused envelope or body, bad JSON, a
 damaged ledger journal, a checkpoint that fails verification), 2 usage, configuration or key
@@ -30,19 +30,6 @@ from hypertrain.protocol.errors import KeyfileError, ProtocolError
 
 __all__ = ["COMMANDS", "GROUPS", "build_parser", "group", "main"]
 
-GROUPS: Final[tuple[str, ...]] = (
-    "keys",
-    "envelope",
-    "jcs",
-    "beacon",
-    "manifest",
-    "datasets",
-    "aggregate",
-    "ledger",
-    "checkpoint",
-    "model",
-)
-"""The command groups (modules of this package), in help order."""
 
 COMMANDS: Final[Mapping[str, str]] = {
     "keys": "keys",
@@ -63,6 +50,9 @@ COMMANDS: Final[Mapping[str, str]] = {
 A command line naming one of them imports only that group: the groups import what they run
 (httpx, trio, numpy, the aggregator, torch for ``model``), and ``hypertrain keys new`` has no
 reason to pay for ``aggregate``'s imports (1.3 s of CPU at every start before this map)."""
+
+GROUPS: Final[tuple[str, ...]] = tuple(dict.fromkeys(COMMANDS.values()))
+"""The command groups (modules of this package), in help order: derived from :data:`COMMANDS`."""
 
 
 def group(name: str) -> CliGroup:
